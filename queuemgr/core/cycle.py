@@ -1,0 +1,284 @@
+"""One scheduling cycle: ``schedule(snapshot, now) -> Decisions``, a pure function.
+
+Why it exists: this is the scheduler. The simulator and the service both call
+it and do nothing but apply what it returns.
+
+The phases (after Kueue's ``pkg/scheduler``):
+
+1. heads: each ClusterQueue offers its first pending workload, in queue order;
+2. snapshot: quota and node overlays over the snapshot, which stays untouched;
+3. nominate: each head gets the first flavor whose quota it fits, and so a
+   class (fits within nominal, or must borrow) and a weighted dominant share;
+4. order: heads are taken from a heap by (class, share after admission,
+   priority, creation, namespace/name); keys only grow as the cycle admits,
+   so a popped head whose key went stale is simply pushed back;
+5. admit: the first flavor, in the queue's order, where both quota and a whole
+   gang placement fit; the queue then offers its next workload, so one cycle
+   admits everything that fits (not one head per queue);
+6. requeue: every workload left gets a reason, a message and its positions.
+
+What must stay true: same snapshot, same decisions; a gang is admitted whole
+or not at all; nothing admitted takes quota or node capacity that is not free.
+Because a cycle only ever adds usage, a shape that failed in a queue fails
+again for the rest of the cycle, and that verdict is reused.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from queuemgr.core.model import (
+    Admission,
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    FlavorName,
+    PodSetPlacement,
+    QueueingStrategy,
+    Workload,
+    WorkloadId,
+)
+from queuemgr.core.placement import NodePool
+from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
+from queuemgr.core.reasons import (
+    Decisions,
+    PendingReason,
+    PendingStatus,
+    Verdict,
+    blocked_by_head,
+    describe_fit_failure,
+)
+from queuemgr.core.snapshot import Snapshot
+
+# Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
+# (taken first: it admits nothing, so it cannot change anyone else's fate).
+_NO_QUOTA = -1
+_NOMINAL = 0
+_BORROWING = 1
+
+HeapKey = tuple[int, tuple[int, Fraction], int, float, str]
+
+
+@dataclass(slots=True)
+class _Cursor:
+    cq: ClusterQueue
+    items: Sequence[Workload]
+    pos: int = 0
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        config = snapshot.config
+        self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
+        self.pool = NodePool(config.node_topology, snapshot.node_free)
+        self.admitted: list[AdmittedWorkload] = []
+        self.verdicts: dict[WorkloadId, Verdict] = {}
+        self._memo: dict[tuple[ClusterQueueName, object], Verdict] = {}
+        self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
+
+    # -- phase 3: nominate ------------------------------------------------
+    def key(self, cq: ClusterQueue, w: Workload) -> HeapKey:
+        request = w.total_requests
+        for fq in cq.flavors:
+            check = self.ledger.check(cq.name, fq.flavor, request)
+            if check.fits:
+                if check.borrowing:
+                    share = self.ledger.share(cq.name, (fq.flavor, request))
+                    return (_BORROWING, share, -w.priority, w.created_at, w.id)
+                return (_NOMINAL, (0, Fraction(0)), -w.priority, w.created_at, w.id)
+        return (_NO_QUOTA, (0, Fraction(0)), -w.priority, w.created_at, w.id)
+
+    # -- phase 5: admit ---------------------------------------------------
+    def try_admit(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
+        """Admit ``w`` and return None, or return why it cannot be admitted now."""
+        memo_key = (cq.name, w.shape)
+        known = self._memo.get(memo_key)
+        if known is not None:
+            return known
+        if not cq.admits_namespace(w.namespace):
+            return Verdict(
+                reason=PendingReason.INADMISSIBLE,
+                message=f"namespace {w.namespace!r} may not use ClusterQueue {cq.name!r}",
+            )
+        request = w.total_requests
+        first_quota: tuple[FlavorName, QuotaCheck] | None = None
+        node_verdict: Verdict | None = None
+        for fq in cq.flavors:
+            check = self.ledger.check(cq.name, fq.flavor, request)
+            if not check.fits:
+                if first_quota is None:
+                    first_quota = (fq.flavor, check)
+                continue
+            fail_key = (fq.flavor, w.shape)
+            failed = self._node_fail.get(fail_key)
+            if failed is None:
+                placements = self.pool.place(fq.flavor, w.pod_sets)
+                if placements is not None:
+                    self._admit(cq, w, fq.flavor, placements, check.borrowing)
+                    return None
+                assert self.pool.last_failure is not None
+                failed = Verdict(
+                    reason=PendingReason.NO_NODE_FITS,
+                    message=describe_fit_failure(fq.flavor, self.pool.last_failure),
+                )
+                self._node_fail[fail_key] = failed
+            node_verdict = node_verdict or failed
+        verdict = self._inadmissible(cq, w) or node_verdict
+        if verdict is None:
+            assert first_quota is not None
+            flavor, check = first_quota
+            verdict = Verdict(
+                reason=(
+                    PendingReason.COHORT_EXHAUSTED
+                    if check.verdict is QuotaVerdict.COHORT_EXHAUSTED
+                    else PendingReason.QUOTA_EXCEEDED
+                ),
+                message=check.describe(flavor),
+            )
+        self._memo[memo_key] = verdict
+        return verdict
+
+    def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
+        """A verdict when no flavor could ever take ``w``, however idle the cluster."""
+        topo = self.snapshot.config.quota_topology
+        nodes = self.snapshot.config.node_topology
+        why: list[str] = []
+        for fq in cq.flavors:
+            over = [
+                (r, v, topo.max_usage(cq.name, fq.flavor, r))
+                for r, v in sorted(w.total_requests.items())
+                if v > topo.max_usage(cq.name, fq.flavor, r)
+            ]
+            if over:
+                r, v, most = over[0]
+                why.append(f"{fq.flavor}: needs {v} {r}, quota allows at most {most}")
+            elif not nodes.fits_empty(fq.flavor, w.shape, w.pod_sets):
+                why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")
+            else:
+                return None
+        if not why:
+            why.append(f"ClusterQueue {cq.name!r} has no flavors")
+        return Verdict(reason=PendingReason.INADMISSIBLE, message="; ".join(why))
+
+    def _admit(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        placements: tuple[PodSetPlacement, ...],
+        borrowing: bool,
+    ) -> None:
+        admission = Admission(
+            workload=w.id,
+            cluster_queue=cq.name,
+            flavor=flavor,
+            placements=placements,
+            borrowing=borrowing,
+        )
+        self.ledger.add(cq.name, flavor, w.total_requests)
+        self.pool.take(admission.placements, w.pod_sets)
+        self.admitted.append(
+            AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+        )
+
+    # -- phases 1, 4, 5 ---------------------------------------------------
+    def run(self) -> None:
+        config = self.snapshot.config
+        heap: list[tuple[HeapKey, ClusterQueueName]] = []
+        cursors: dict[ClusterQueueName, _Cursor] = {}
+        for name in sorted(self.snapshot.pending):
+            items = self.snapshot.pending[name]
+            cq = config.cluster_queues.get(name)
+            if cq is None or not items:
+                continue
+            cur = _Cursor(cq=cq, items=items)
+            cursors[name] = cur
+            self._push(heap, cur)
+        while heap:
+            key, name = heapq.heappop(heap)
+            cur = cursors[name]
+            w = cur.items[cur.pos]
+            fresh = self.key(cur.cq, w)
+            if fresh > key:
+                heapq.heappush(heap, (fresh, name))
+                continue
+            verdict = self.try_admit(cur.cq, w)
+            cur.pos += 1
+            if verdict is not None:
+                self.verdicts[w.id] = verdict
+                strict = cur.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+                if strict and verdict.reason is not PendingReason.INADMISSIBLE:
+                    self._block_rest(cur, w.id)
+                    continue
+            self._push(heap, cur)
+
+    def _push(self, heap: list[tuple[HeapKey, ClusterQueueName]], cur: _Cursor) -> None:
+        # Workloads whose shape already failed here are settled without the heap.
+        items = cur.items
+        memo = self._memo
+        while cur.pos < len(items):
+            w = items[cur.pos]
+            known = memo.get((cur.cq.name, w.shape))
+            if known is None:
+                heapq.heappush(heap, (self.key(cur.cq, w), cur.cq.name))
+                return
+            self.verdicts[w.id] = known
+            cur.pos += 1
+            if (
+                cur.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+                and known.reason is not PendingReason.INADMISSIBLE
+            ):
+                self._block_rest(cur, w.id)
+                return
+
+    def _block_rest(self, cur: _Cursor, head: WorkloadId) -> None:
+        blocked = blocked_by_head(head)
+        for w in cur.items[cur.pos :]:
+            self.verdicts[w.id] = blocked
+        cur.pos = len(cur.items)
+
+    # -- phase 6: requeue -------------------------------------------------
+    def statuses(self) -> dict[WorkloadId, PendingStatus]:
+        out: dict[WorkloadId, PendingStatus] = {}
+        lq_pos: dict[tuple[str, str], int] = {}
+        for name in sorted(self.snapshot.pending):
+            cq_pos = 0
+            for w in self.snapshot.pending[name]:
+                verdict = self.verdicts.get(w.id)
+                if verdict is None:  # admitted this cycle
+                    continue
+                cq_pos += 1
+                lq_key = (w.namespace, w.queue)
+                lq_pos[lq_key] = lq_pos.get(lq_key, 0) + 1
+                out[w.id] = PendingStatus(
+                    workload=w.id,
+                    cluster_queue=name,
+                    reason=verdict.reason,
+                    message=verdict.message,
+                    position_in_local_queue=lq_pos[lq_key],
+                    position_in_cluster_queue=cq_pos,
+                )
+        for w in self.snapshot.unroutable:
+            lq_key = (w.namespace, w.queue)
+            lq_pos[lq_key] = lq_pos.get(lq_key, 0) + 1
+            out[w.id] = PendingStatus(
+                workload=w.id,
+                cluster_queue=None,
+                reason=PendingReason.INADMISSIBLE,
+                message=f"LocalQueue {w.namespace}/{w.queue} does not exist",
+                position_in_local_queue=lq_pos[lq_key],
+                position_in_cluster_queue=0,
+            )
+        return out
+
+
+def schedule(snapshot: Snapshot, now: float) -> Decisions:
+    """Decide which pending workloads to admit now, where, and why the rest wait."""
+    cycle = _Cycle(snapshot, now)
+    cycle.run()
+    return Decisions(admitted=tuple(cycle.admitted), pending=cycle.statuses())

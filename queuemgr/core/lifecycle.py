@@ -1,0 +1,65 @@
+"""A workload's life: the states it passes through and the moves allowed between them.
+
+Why it exists: the simulator, the store and the service all move workloads
+between states; one table of legal moves keeps them from disagreeing.
+
+What must stay true: ``Pending -> Admitted -> Finished``,
+``Admitted -> Evicted -> Pending``, and ``Pending <-> Inadmissible`` are the
+only moves (plus cancelling a workload that has not finished); every state
+carries a reason, and no workload is ever dropped by a transition.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class WorkloadState(enum.Enum):
+    PENDING = "Pending"
+    ADMITTED = "Admitted"
+    FINISHED = "Finished"
+    EVICTED = "Evicted"
+    INADMISSIBLE = "Inadmissible"
+
+
+_ALLOWED: dict[WorkloadState, frozenset[WorkloadState]] = {
+    WorkloadState.PENDING: frozenset(
+        {WorkloadState.ADMITTED, WorkloadState.INADMISSIBLE, WorkloadState.FINISHED}
+    ),
+    WorkloadState.INADMISSIBLE: frozenset({WorkloadState.PENDING, WorkloadState.FINISHED}),
+    WorkloadState.ADMITTED: frozenset({WorkloadState.FINISHED, WorkloadState.EVICTED}),
+    WorkloadState.EVICTED: frozenset({WorkloadState.PENDING, WorkloadState.FINISHED}),
+    WorkloadState.FINISHED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkloadStatus:
+    state: WorkloadState
+    reason: str
+    message: str = ""
+    since: float = 0.0
+
+
+def initial_status(at: float) -> WorkloadStatus:
+    return WorkloadStatus(state=WorkloadState.PENDING, reason="Created", since=at)
+
+
+def can_move(src: WorkloadState, dst: WorkloadState) -> bool:
+    return dst in _ALLOWED[src]
+
+
+def transition(
+    status: WorkloadStatus, to: WorkloadState, *, reason: str, message: str = "", at: float
+) -> WorkloadStatus:
+    """The next status, or ``IllegalTransition`` naming both states."""
+    if not can_move(status.state, to):
+        raise IllegalTransition(
+            f"workload cannot move from {status.state.value} to {to.value} ({reason})"
+        )
+    return WorkloadStatus(state=to, reason=reason, message=message, since=at)

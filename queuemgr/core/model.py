@@ -1,0 +1,239 @@
+"""The domain vocabulary: flavors, nodes, queues, cohorts and workloads.
+
+Why it exists: every layer (simulator, store, Kubernetes adapter, CLI) speaks
+in these value objects, so they carry no behaviour that needs I/O.
+
+What must stay true: value objects are frozen and keyword-only; identities are
+``NewType`` strings; quantities are exact integers (see ``resources``); a
+workload is one gang, so anything that admits it admits every pod set.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cached_property
+from typing import NewType
+
+from queuemgr.core.resources import ResourceName, Resources
+
+FlavorName = NewType("FlavorName", str)
+NodeName = NewType("NodeName", str)
+CohortName = NewType("CohortName", str)
+ClusterQueueName = NewType("ClusterQueueName", str)
+WorkloadId = NewType("WorkloadId", str)  # "namespace/name"
+
+
+class QueueingStrategy(enum.Enum):
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    STRICT_FIFO = "StrictFIFO"
+
+
+class WithinClusterQueue(enum.Enum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(enum.Enum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class TaintEffect(enum.Enum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Toleration:
+    """Kubernetes toleration; an empty key with ``Exists`` tolerates everything."""
+
+    key: str = ""
+    operator: str = "Equal"  # "Equal" or "Exists"
+    value: str = ""
+    effect: TaintEffect | None = None  # None tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect is not taint.effect:
+            return False
+        if self.operator == "Exists":
+            return self.key == "" or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """True when every hard taint (NoSchedule, NoExecute) is tolerated."""
+    for taint in taints:
+        if taint.effect is TaintEffect.PREFER_NO_SCHEDULE:
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return False
+    return True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ResourceFlavor:
+    name: FlavorName
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.node_labels.items())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Node:
+    name: NodeName
+    labels: Mapping[str, str]
+    allocatable: Resources
+    taints: tuple[Taint, ...] = ()
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cohort:
+    name: CohortName
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FlavorQuota:
+    """A ClusterQueue's budget on one flavor; an absent limit means "no limit set"."""
+
+    flavor: FlavorName
+    nominal: Resources
+    borrowing_limit: Resources = field(default_factory=dict)
+    lending_limit: Resources = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PreemptionPolicy:
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterQueue:
+    name: ClusterQueueName
+    flavors: tuple[FlavorQuota, ...]
+    cohort: CohortName | None = None
+    weight: Fraction = Fraction(1)
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    namespaces: frozenset[str] | None = None  # None: any namespace
+    preemption: PreemptionPolicy = PreemptionPolicy()
+
+    def quota(self, flavor: FlavorName) -> FlavorQuota | None:
+        for fq in self.flavors:
+            if fq.flavor == flavor:
+                return fq
+        return None
+
+    def admits_namespace(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LocalQueue:
+    namespace: str
+    name: str
+    cluster_queue: ClusterQueueName
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PodSet:
+    name: str
+    count: int
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """One gang: all pods of all pod sets are admitted together or not at all."""
+
+    namespace: str
+    name: str
+    queue: str  # the LocalQueue's name in ``namespace``
+    pod_sets: tuple[PodSet, ...]
+    priority: int = 0
+    created_at: float = 0.0  # seconds; the simulator's or the store's clock
+    max_runtime: float | None = None  # seconds, the user's declared limit
+
+    @cached_property
+    def id(self) -> WorkloadId:
+        return WorkloadId(f"{self.namespace}/{self.name}")
+
+    @cached_property
+    def total_requests(self) -> dict[ResourceName, int]:
+        out: dict[ResourceName, int] = {}
+        for ps in self.pod_sets:
+            for r, v in ps.requests.items():
+                out[r] = out.get(r, 0) + v * ps.count
+        return out
+
+    @cached_property
+    def shape(self) -> tuple[object, ...]:
+        """What placement and quota depend on: equal shapes fit or fail together."""
+        return tuple(
+            (
+                ps.count,
+                tuple(sorted(ps.requests.items())),
+                tuple(sorted(ps.node_selector.items())),
+                ps.tolerations,
+            )
+            for ps in self.pod_sets
+        )
+
+    @property
+    def gpus(self) -> int:
+        return self.total_requests.get(ResourceName("nvidia.com/gpu"), 0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PodSetPlacement:
+    pod_set: str
+    node: NodeName
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """Where a gang runs: one flavor, a node for every pod, and the quota it takes."""
+
+    workload: WorkloadId
+    cluster_queue: ClusterQueueName
+    flavor: FlavorName
+    placements: tuple[PodSetPlacement, ...]
+    borrowing: bool = False
+
+    @cached_property
+    def pods_per_node(self) -> dict[NodeName, int]:
+        out: dict[NodeName, int] = {}
+        for p in self.placements:
+            out[p.node] = out.get(p.node, 0) + p.count
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdmittedWorkload:
+    """An admitted gang as the scheduler sees it: the workload, where it runs, since when."""
+
+    workload: Workload
+    admission: Admission
+    admitted_at: float

@@ -1,0 +1,276 @@
+"""Gang node fit: find a node for every pod of a workload, or say why not.
+
+Why it exists: quota alone lets a gang in that the nodes cannot hold (Kueue's
+fragmentation complaint). Admission here needs a concrete placement.
+
+What must stay true: a placement puts every pod of every pod set on a
+schedulable node of the chosen flavor that matches the pod set's node
+selector and whose taints it tolerates, and no node's free capacity goes
+below zero. A gang is placed whole or not at all. Among equal choices the
+result is deterministic: best fit (least free first), then node name.
+
+Speed: nodes with the same labels and taints form a class, and within a class
+nodes with the same free capacity form one group, so a fit test costs one
+division per distinct free vector rather than one per node.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from queuemgr.core.model import (
+    FlavorName,
+    Node,
+    NodeName,
+    PodSet,
+    PodSetPlacement,
+    ResourceFlavor,
+    Taint,
+    tolerated,
+)
+from queuemgr.core.resources import GPU, ResourceName, Resources, how_many
+
+# Labels unique to one node; they never split nodes into classes.
+_PER_NODE_LABELS = frozenset({"kubernetes.io/hostname"})
+_Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeClass:
+    index: int
+    flavor: FlavorName
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    resources: tuple[ResourceName, ...]  # key order: GPUs first, then by name
+    nodes: tuple[NodeName, ...]
+
+
+class NodeTopology:
+    """Schedulable nodes by flavor and class; built once per configuration."""
+
+    def __init__(
+        self, flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
+    ) -> None:
+        self.nodes = nodes
+        self.flavor_of: dict[NodeName, FlavorName] = {}
+        groups: dict[
+            tuple[FlavorName, tuple[tuple[str, str], ...], tuple[Taint, ...]], list[Node]
+        ] = {}
+        flavor_names = sorted(flavors)
+        for name in sorted(nodes):
+            node = nodes[name]
+            flavor = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
+            if flavor is None or not node.schedulable:
+                continue
+            self.flavor_of[name] = flavor
+            labels = tuple(
+                sorted((k, v) for k, v in node.labels.items() if k not in _PER_NODE_LABELS)
+            )
+            groups.setdefault((flavor, labels, node.taints), []).append(node)
+        self.classes: list[NodeClass] = []
+        self.class_of: dict[NodeName, NodeClass] = {}
+        self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
+        for (flavor, labels, taints), members in groups.items():
+            names: set[ResourceName] = set()
+            for n in members:
+                names.update(n.allocatable)
+            ordered = tuple(sorted(names, key=lambda r: (r != GPU, r)))
+            cls = NodeClass(
+                index=len(self.classes),
+                flavor=flavor,
+                labels=dict(labels),
+                taints=taints,
+                resources=ordered,
+                nodes=tuple(n.name for n in members),
+            )
+            self.classes.append(cls)
+            for n in members:
+                self.class_of[n.name] = cls
+            self.by_flavor.setdefault(cls.flavor, []).append(cls)
+        self._empty_fit: dict[tuple[FlavorName, object], bool] = {}
+
+    def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+        out = []
+        for cls in self.by_flavor.get(flavor, ()):
+            if not tolerated(cls.taints, pod_set.tolerations):
+                continue
+            if all(
+                k in _PER_NODE_LABELS or cls.labels.get(k) == v
+                for k, v in pod_set.node_selector.items()
+            ):
+                out.append(cls)
+        return out
+
+    def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
+        labels = self.nodes[name].labels
+        return all(labels.get(k) == v for k, v in pod_set.node_selector.items())
+
+    def fits_empty(self, flavor: FlavorName, shape: object, pod_sets: tuple[PodSet, ...]) -> bool:
+        """Could the gang fit on this flavor's nodes if they were all empty?"""
+        key = (flavor, shape)
+        hit = self._empty_fit.get(key)
+        if hit is None:
+            empty = NodePool(self, {n: self.nodes[n].allocatable for n in self.flavor_of})
+            hit = empty.place(flavor, pod_sets) is not None
+            self._empty_fit[key] = hit
+        return hit
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FitFailure:
+    pod_set: str
+    needed: int  # pods of that pod set
+    placeable: int  # how many of them the free nodes could take
+    per_pod: Resources
+    largest_free: Resources  # the node with the most free of the dominant resource
+
+
+class NodePool:
+    """Free capacity per node as a cycle overlay, indexed by free vector per class."""
+
+    def __init__(self, topology: NodeTopology, free: Mapping[NodeName, Resources]) -> None:
+        self.topology = topology
+        self._base = free
+        self._own: dict[NodeName, dict[ResourceName, int]] = {}
+        self._groups: dict[int, dict[tuple[int, ...], list[NodeName]]] = {}
+        self._keys: dict[int, list[tuple[int, ...]]] = {}
+        self.last_failure: FitFailure | None = None
+
+    def free(self, node: NodeName) -> Resources:
+        own = self._own.get(node)
+        return own if own is not None else self._base.get(node, {})
+
+    def _key(self, cls: NodeClass, node: NodeName) -> tuple[int, ...]:
+        vec = self.free(node)
+        return tuple(vec.get(r, 0) for r in cls.resources)
+
+    def _index(self, cls: NodeClass) -> dict[tuple[int, ...], list[NodeName]]:
+        groups = self._groups.get(cls.index)
+        if groups is None:
+            groups = {}
+            for node in cls.nodes:  # nodes are in name order, so each group is too
+                groups.setdefault(self._key(cls, node), []).append(node)
+            self._groups[cls.index] = groups
+            self._keys[cls.index] = sorted(groups)
+        return groups
+
+    def place(
+        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...]
+    ) -> tuple[PodSetPlacement, ...] | None:
+        """A placement for the whole gang on ``flavor``, or None (see ``last_failure``)."""
+        topo = self.topology
+        taken: dict[NodeName, dict[ResourceName, int]] = {}
+        out: list[PodSetPlacement] = []
+        # Biggest pods first: they have the fewest places to go.
+        order = sorted(
+            pod_sets, key=lambda ps: (tuple(-ps.requests.get(r, 0) for r in (GPU,)), ps.name)
+        )
+        for ps in order:
+            remaining = ps.count
+            placeable = 0
+            per_node_selector = any(k in _PER_NODE_LABELS for k in ps.node_selector)
+            for cls in topo.candidates(flavor, ps):
+                if remaining <= 0:
+                    break
+                req = tuple(ps.requests.get(r, 0) for r in cls.resources)
+                if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+                    continue
+                groups = self._index(cls)
+                for key in self._keys[cls.index]:
+                    per_node = _how_many_tuple(req, key)
+                    if per_node <= 0:
+                        continue
+                    for node in groups[key]:
+                        if per_node_selector and not topo.node_matches(node, ps):
+                            continue
+                        n = per_node
+                        if node in taken:
+                            n = how_many(ps.requests, _minus(self.free(node), taken[node]))
+                            if n <= 0:
+                                continue
+                        use = min(n, remaining)
+                        placeable += n
+                        if use > 0:
+                            out.append(PodSetPlacement(pod_set=ps.name, node=node, count=use))
+                            t = taken.setdefault(node, {})
+                            for r, v in ps.requests.items():
+                                t[r] = t.get(r, 0) + v * use
+                            remaining -= use
+                        if remaining <= 0:
+                            break
+                    if remaining <= 0:
+                        break
+            if remaining > 0:
+                self.last_failure = FitFailure(
+                    pod_set=ps.name,
+                    needed=ps.count,
+                    placeable=placeable,
+                    per_pod=ps.requests,
+                    largest_free=self._largest_free(flavor),
+                )
+                return None
+        return tuple(out)
+
+    def _largest_free(self, flavor: FlavorName) -> Resources:
+        best: Resources = {}
+        best_key: tuple[int, ...] = ()
+        for cls in self.topology.by_flavor.get(flavor, ()):
+            keys = self._keys.get(cls.index)
+            if keys is None:
+                self._index(cls)
+                keys = self._keys[cls.index]
+            if keys and keys[-1] > best_key:
+                best_key = keys[-1]
+                best = dict(zip(cls.resources, best_key, strict=True))
+        return best
+
+    def take(self, placements: tuple[PodSetPlacement, ...], pod_sets: tuple[PodSet, ...]) -> None:
+        """Hold the capacity of an admitted placement for the rest of the cycle."""
+        per_pod = {ps.name: ps.requests for ps in pod_sets}
+        for p in placements:
+            node = p.node
+            cls = self.topology.class_of.get(node)
+            old_key = self._key(cls, node) if cls is not None else None
+            vec = self._own.get(node)
+            if vec is None:
+                vec = dict(self._base.get(node, {}))
+                self._own[node] = vec
+            for r, v in per_pod[p.pod_set].items():
+                vec[r] = vec.get(r, 0) - v * p.count
+            if cls is not None and cls.index in self._groups and old_key is not None:
+                self._move(cls, node, old_key, self._key(cls, node))
+
+    def _move(
+        self, cls: NodeClass, node: NodeName, old: tuple[int, ...], new: tuple[int, ...]
+    ) -> None:
+        if old == new:
+            return
+        groups = self._groups[cls.index]
+        keys = self._keys[cls.index]
+        members = groups[old]
+        members.remove(node)
+        if not members:
+            del groups[old]
+            keys.pop(bisect.bisect_left(keys, old))
+        target = groups.get(new)
+        if target is None:
+            groups[new] = [node]
+            bisect.insort(keys, new)
+        else:
+            bisect.insort(target, node)
+
+
+def _how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:
+    best = -1
+    for need, have in zip(req, free, strict=True):
+        if need > 0:
+            n = have // need
+            if best < 0 or n < best:
+                best = n
+    return best if best >= 0 else 1 << 30
+
+
+def _minus(a: Resources, b: Resources) -> dict[ResourceName, int]:
+    return {r: a.get(r, 0) - b.get(r, 0) for r in set(a) | set(b)}

@@ -1,0 +1,252 @@
+"""The cohort pool: nominal quota, borrowing and lending limits, and what fits.
+
+Why it exists: quota is the first gate of admission, and its arithmetic
+(Kueue's model) is easy to get subtly wrong, so it lives in one place.
+
+What must stay true, for every ClusterQueue q, flavor f and resource r:
+
+- ``guaranteed(q) = nominal(q) - lending_limit(q)``, or 0 with no lending limit;
+- the cohort pool is ``sum_p (nominal(p) - guaranteed(p))``, and its use is
+  ``sum_p max(0, usage(p) - guaranteed(p))``, which never exceeds the pool;
+- ``usage(q) <= nominal(q) + borrowing_limit(q)`` when a borrowing limit is set;
+- a queue without a cohort never goes above its nominal quota.
+
+The ledger is a copy-on-write overlay over the snapshot's usage: a cycle adds
+to it and the snapshot underneath is never touched.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName
+from queuemgr.core.resources import ResourceName, Resources, format_quantity
+
+_NO_CAP = 1 << 62
+
+
+class QuotaVerdict(enum.Enum):
+    FITS = "Fits"
+    QUEUE_LIMIT = "QueueLimit"  # over nominal (no cohort) or nominal + borrowing limit
+    COHORT_EXHAUSTED = "CohortExhausted"  # the queue may borrow, but the pool is used up
+    NOT_COVERED = "NotCovered"  # the flavor lists no quota for a requested resource
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuotaCheck:
+    verdict: QuotaVerdict
+    borrowing: bool = False
+    resource: ResourceName | None = None
+    requested: int = 0
+    usage: int = 0
+    nominal: int = 0
+    cohort_lends: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict is QuotaVerdict.FITS
+
+    def describe(self, flavor: FlavorName) -> str:
+        r = self.resource or ""
+        if self.verdict is QuotaVerdict.NOT_COVERED:
+            return f"the queue has no {r} quota on {flavor}"
+
+        def q(v: int) -> str:
+            return format_quantity(r, v)
+
+        free = max(0, self.nominal - self.usage)
+        return (
+            f"needs {q(self.requested)} {r} on {flavor}, queue has {q(free)} free of "
+            f"{q(self.nominal)}, cohort lends {q(self.cohort_lends)}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Limits:
+    nominal: Mapping[ResourceName, int]
+    cap: Mapping[ResourceName, int]  # nominal + borrowing limit, _NO_CAP if unset
+    guaranteed: Mapping[ResourceName, int]
+
+
+class QuotaTopology:
+    """Static quota structure derived from the ClusterQueues; built once per config."""
+
+    def __init__(self, cluster_queues: Mapping[ClusterQueueName, ClusterQueue]) -> None:
+        self.cohort_of: dict[ClusterQueueName, CohortName | None] = {}
+        self.limits: dict[tuple[ClusterQueueName, FlavorName], _Limits] = {}
+        self.pool: dict[CohortName, dict[tuple[FlavorName, ResourceName], int]] = {}
+        self.lendable: dict[CohortName, dict[ResourceName, int]] = {}
+        self.members: dict[CohortName, list[ClusterQueueName]] = {}
+        self.weight: dict[ClusterQueueName, Fraction] = {}
+        self.flavor_limits: dict[ClusterQueueName, list[tuple[FlavorName, _Limits]]] = {}
+        for name in sorted(cluster_queues):
+            cq = cluster_queues[name]
+            self.cohort_of[name] = cq.cohort
+            self.weight[name] = cq.weight
+            if cq.cohort is not None:
+                self.members.setdefault(cq.cohort, []).append(name)
+            pool = self.pool.setdefault(cq.cohort, {}) if cq.cohort is not None else None
+            for fq in cq.flavors:
+                guaranteed: dict[ResourceName, int] = {}
+                cap: dict[ResourceName, int] = {}
+                for r, nominal in fq.nominal.items():
+                    lend = fq.lending_limit.get(r)
+                    guaranteed[r] = 0 if lend is None else max(0, nominal - lend)
+                    borrow = fq.borrowing_limit.get(r)
+                    if cq.cohort is None:
+                        cap[r] = nominal
+                    else:
+                        cap[r] = _NO_CAP if borrow is None else nominal + borrow
+                    if pool is not None:
+                        key = (fq.flavor, r)
+                        pool[key] = pool.get(key, 0) + nominal - guaranteed[r]
+                limits = _Limits(nominal=dict(fq.nominal), cap=cap, guaranteed=guaranteed)
+                self.limits[(name, fq.flavor)] = limits
+                self.flavor_limits.setdefault(name, []).append((fq.flavor, limits))
+        for cohort, pool_map in self.pool.items():
+            lendable = self.lendable.setdefault(cohort, {})
+            for (_f, r), v in pool_map.items():
+                lendable[r] = lendable.get(r, 0) + v
+
+    def max_usage(self, cq: ClusterQueueName, flavor: FlavorName, r: ResourceName) -> int:
+        """The most q could ever hold of r on f with an otherwise idle cohort."""
+        lim = self.limits.get((cq, flavor))
+        if lim is None or r not in lim.nominal:
+            return 0
+        cohort = self.cohort_of[cq]
+        if cohort is None:
+            return lim.nominal[r]
+        return min(lim.cap[r], lim.guaranteed[r] + self.pool[cohort].get((flavor, r), 0))
+
+
+class QuotaLedger:
+    """Usage per queue and flavor, with each cohort's pool use, as a cycle overlay."""
+
+    def __init__(
+        self,
+        topology: QuotaTopology,
+        usage: Mapping[ClusterQueueName, Mapping[FlavorName, Resources]],
+    ) -> None:
+        self.topology = topology
+        self._base = usage
+        self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
+        self._pool_used: dict[CohortName, dict[tuple[FlavorName, ResourceName], int]] = {}
+        for cq, per_flavor in usage.items():
+            cohort = topology.cohort_of.get(cq)
+            if cohort is None:
+                continue
+            used = self._pool_used.setdefault(cohort, {})
+            for flavor, vec in per_flavor.items():
+                lim = topology.limits.get((cq, flavor))
+                for r, v in vec.items():
+                    g = 0 if lim is None else lim.guaranteed.get(r, 0)
+                    if v > g:
+                        used[(flavor, r)] = used.get((flavor, r), 0) + v - g
+
+    def usage(self, cq: ClusterQueueName, flavor: FlavorName) -> Mapping[ResourceName, int]:
+        own = self._own.get(cq)
+        if own is not None and flavor in own:
+            return own[flavor]
+        return self._base.get(cq, {}).get(flavor, {})
+
+    def check(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> QuotaCheck:
+        topo = self.topology
+        lim = topo.limits.get((cq, flavor))
+        cohort = topo.cohort_of.get(cq)
+        used = self.usage(cq, flavor)
+        borrowing = False
+        for r, req in request.items():
+            if req <= 0:
+                continue
+            if lim is None or r not in lim.nominal:
+                return QuotaCheck(verdict=QuotaVerdict.NOT_COVERED, resource=r, requested=req)
+            cur = used.get(r, 0)
+            u = cur + req
+            nominal = lim.nominal[r]
+            if cohort is None:
+                if u > nominal:
+                    return QuotaCheck(
+                        verdict=QuotaVerdict.QUEUE_LIMIT,
+                        resource=r,
+                        requested=req,
+                        usage=cur,
+                        nominal=nominal,
+                    )
+                continue
+            g = lim.guaranteed[r]
+            pool = topo.pool[cohort].get((flavor, r), 0)
+            pool_used = self._pool_used.get(cohort, {}).get((flavor, r), 0)
+            # The most q may hold now: its cap, and what the pool leaves it.
+            pool_cap = g + pool - pool_used + max(0, cur - g)
+            limit = min(lim.cap[r], pool_cap)
+            if u > limit:
+                verdict = (
+                    QuotaVerdict.QUEUE_LIMIT if u > lim.cap[r] else QuotaVerdict.COHORT_EXHAUSTED
+                )
+                lends = max(0, limit - cur - max(0, nominal - cur))
+                return QuotaCheck(
+                    verdict=verdict,
+                    resource=r,
+                    requested=req,
+                    usage=cur,
+                    nominal=nominal,
+                    cohort_lends=lends,
+                )
+            if u > nominal:
+                borrowing = True
+        return QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=borrowing)
+
+    def add(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> None:
+        per_flavor = self._own.setdefault(cq, {})
+        vec = per_flavor.get(flavor)
+        if vec is None:
+            vec = dict(self._base.get(cq, {}).get(flavor, {}))
+            per_flavor[flavor] = vec
+        cohort = self.topology.cohort_of.get(cq)
+        lim = self.topology.limits.get((cq, flavor))
+        used = self._pool_used.setdefault(cohort, {}) if cohort is not None else None
+        for r, req in request.items():
+            cur = vec.get(r, 0)
+            vec[r] = cur + req
+            if used is not None:
+                g = 0 if lim is None else lim.guaranteed.get(r, 0)
+                delta = max(0, cur + req - g) - max(0, cur - g)
+                if delta:
+                    used[(flavor, r)] = used.get((flavor, r), 0) + delta
+
+    def share(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
+    ) -> tuple[int, Fraction]:
+        """Weighted dominant resource share, optionally after admitting ``extra``.
+
+        Returned as ``(infinite, value)`` so that a zero weight that borrows
+        sorts after every finite share, and comparisons stay exact.
+        """
+        topo = self.topology
+        cohort = topo.cohort_of.get(cq)
+        if cohort is None:
+            return (0, Fraction(0))
+        borrowed: dict[ResourceName, int] = {}
+        for flavor, lim in topo.flavor_limits.get(cq, ()):
+            vec = self.usage(cq, flavor)
+            if extra is not None and extra[0] == flavor:
+                vec = {r: vec.get(r, 0) + extra[1].get(r, 0) for r in set(vec) | set(extra[1])}
+            for r, v in vec.items():
+                over = v - lim.nominal.get(r, 0)
+                if over > 0:
+                    borrowed[r] = borrowed.get(r, 0) + over
+        best = Fraction(0)
+        lendable = topo.lendable.get(cohort, {})
+        for r, b in borrowed.items():
+            total = lendable.get(r, 0)
+            if total > 0:
+                best = max(best, Fraction(b, total))
+        weight = topo.weight[cq]
+        if best == 0:
+            return (0, best)
+        if weight == 0:
+            return (1, best)
+        return (0, best / weight)

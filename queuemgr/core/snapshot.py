@@ -1,0 +1,168 @@
+"""What one scheduling cycle sees: configuration, free capacity, usage and the queues.
+
+Why it exists: ``schedule(snapshot, now)`` is a pure function, so everything a
+cycle needs is gathered here first, and the cycle never reads anything else.
+
+What must stay true: a snapshot is never mutated after it is built (the cycle
+works on copy-on-write overlays); usage and free capacity are exactly what the
+admitted workloads' admissions hold; each ClusterQueue's pending list is in
+queue order (higher priority, then earlier creation, then namespace/name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from queuemgr.core.model import (
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    Cohort,
+    CohortName,
+    FlavorName,
+    LocalQueue,
+    Node,
+    NodeName,
+    ResourceFlavor,
+    Workload,
+    WorkloadId,
+)
+from queuemgr.core.placement import NodeTopology
+from queuemgr.core.quota import QuotaTopology
+from queuemgr.core.resources import ResourceName, Resources
+
+# usage[cq][flavor][resource]
+Usage = Mapping[ClusterQueueName, Mapping[FlavorName, Resources]]
+
+
+def queue_order_key(w: Workload) -> tuple[int, float, str]:
+    """Order within a queue: higher priority, earlier creation, then namespace/name."""
+    return (-w.priority, w.created_at, w.id)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Config:
+    """The admin-owned objects and the nodes. Rebuilt only when one of them changes.
+
+    Compared by identity, so that its derived topologies are computed once.
+    """
+
+    flavors: Mapping[FlavorName, ResourceFlavor]
+    cohorts: Mapping[CohortName, Cohort]
+    cluster_queues: Mapping[ClusterQueueName, ClusterQueue]
+    local_queues: Mapping[tuple[str, str], LocalQueue]
+    nodes: Mapping[NodeName, Node]
+
+    @staticmethod
+    def of(
+        *,
+        flavors: Iterable[ResourceFlavor],
+        cluster_queues: Iterable[ClusterQueue],
+        local_queues: Iterable[LocalQueue],
+        nodes: Iterable[Node],
+        cohorts: Iterable[Cohort] = (),
+    ) -> Config:
+        cqs = {cq.name: cq for cq in cluster_queues}
+        cohort_map = {c.name: c for c in cohorts}
+        for cq in cqs.values():
+            if cq.cohort is not None and cq.cohort not in cohort_map:
+                cohort_map[cq.cohort] = Cohort(name=cq.cohort)
+        return Config(
+            flavors={f.name: f for f in flavors},
+            cohorts=cohort_map,
+            cluster_queues=cqs,
+            local_queues={lq.key: lq for lq in local_queues},
+            nodes={n.name: n for n in sorted(nodes, key=lambda n: n.name)},
+        )
+
+    @cached_property
+    def quota_topology(self) -> QuotaTopology:
+        return QuotaTopology(self.cluster_queues)
+
+    @cached_property
+    def node_topology(self) -> NodeTopology:
+        return NodeTopology(self.flavors, self.nodes)
+
+    def route(self, w: Workload) -> ClusterQueueName | None:
+        lq = self.local_queues.get((w.namespace, w.queue))
+        return None if lq is None else lq.cluster_queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    """One cycle's input, built by :func:`build_snapshot` or by the incremental cache."""
+
+    config: Config
+    usage: Usage
+    node_free: Mapping[NodeName, Resources]
+    admitted: Mapping[WorkloadId, AdmittedWorkload]
+    # Pending workloads routed to a ClusterQueue, in queue order.
+    pending: Mapping[ClusterQueueName, Sequence[Workload]]
+    # Pending workloads whose LocalQueue is missing or points nowhere.
+    unroutable: Sequence[Workload] = ()
+
+
+MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]
+
+
+def usage_of(admitted: Iterable[AdmittedWorkload]) -> MutableUsage:
+    usage: MutableUsage = {}
+    for a in admitted:
+        per_flavor = usage.setdefault(a.admission.cluster_queue, {})
+        vec = per_flavor.setdefault(a.admission.flavor, {})
+        for r, v in admitted_requests(a).items():
+            vec[r] = vec.get(r, 0) + v
+    return usage
+
+
+def admitted_requests(a: AdmittedWorkload) -> dict[ResourceName, int]:
+    """What an admission holds: the placed pods' requests (partial counts included)."""
+    per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+    out: dict[ResourceName, int] = {}
+    for p in a.admission.placements:
+        for r, v in per_pod[p.pod_set].items():
+            out[r] = out.get(r, 0) + v * p.count
+    return out
+
+
+def node_free_of(
+    nodes: Mapping[NodeName, Node], admitted: Iterable[AdmittedWorkload]
+) -> dict[NodeName, dict[ResourceName, int]]:
+    free = {name: dict(n.allocatable) for name, n in nodes.items()}
+    for a in admitted:
+        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        for p in a.admission.placements:
+            vec = free.get(p.node)
+            if vec is None:  # the node is gone; its pods no longer hold capacity here
+                continue
+            for r, v in per_pod[p.pod_set].items():
+                vec[r] = vec.get(r, 0) - v * p.count
+    return free
+
+
+def build_snapshot(
+    config: Config, *, admitted: Iterable[AdmittedWorkload], pending: Iterable[Workload]
+) -> Snapshot:
+    """A snapshot computed from scratch; the cache builds the same one incrementally."""
+    admitted_map = {a.workload.id: a for a in admitted}
+    queues: dict[ClusterQueueName, list[Workload]] = {}
+    unroutable: list[Workload] = []
+    for w in pending:
+        cq = config.route(w)
+        if cq is None or cq not in config.cluster_queues:
+            unroutable.append(w)
+        else:
+            queues.setdefault(cq, []).append(w)
+    for q in queues.values():
+        q.sort(key=queue_order_key)
+    unroutable.sort(key=queue_order_key)
+    return Snapshot(
+        config=config,
+        usage=usage_of(admitted_map.values()),
+        node_free=node_free_of(config.nodes, admitted_map.values()),
+        admitted=admitted_map,
+        pending=queues,
+        unroutable=unroutable,
+    )
