@@ -1,0 +1,1 @@
+"""Command-line interface for queuemgr (the ``queuemgr`` console script)."""
