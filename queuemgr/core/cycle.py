@@ -10,8 +10,10 @@ The phases (after Kueue's ``pkg/scheduler``):
 3. nominate: each head gets the first flavor whose quota it fits, and so a
    class (fits within nominal, or must borrow) and a weighted dominant share;
 4. order: heads are taken from a heap by (class, share after admission,
-   priority, creation, namespace/name); keys only grow as the cycle admits,
-   so a popped head whose key went stale is simply pushed back;
+   priority, creation, namespace/name). A key depends on its own queue's
+   usage, which changes only when that queue admits (and then it offers a
+   new head anyway); a cohort peer can only take the pool away, which the
+   admit phase notices as a stale nomination and requeues with a fresh key;
 5. admit: the first flavor, in the queue's order, where both quota and a whole
    gang placement fit; the queue then offers its next workload, so one cycle
    admits everything that fits (not one head per queue);
@@ -26,9 +28,9 @@ again for the rest of the cycle, and that verdict is reused.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from queuemgr.core.model import (
     Admission,
@@ -46,7 +48,7 @@ from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
     PendingReason,
-    PendingStatus,
+    PendingStatuses,
     Verdict,
     blocked_by_head,
     describe_fit_failure,
@@ -59,7 +61,21 @@ _NO_QUOTA = -1
 _NOMINAL = 0
 _BORROWING = 1
 
-HeapKey = tuple[int, tuple[int, Fraction], int, float, str]
+_NO_SHARE = 0.0
+
+# The share is exact (a Fraction) in the ledger; the heap orders by its float,
+# which is monotone in the exact value and far cheaper to compare. Values
+# closer than a float can tell apart tie, and ties fall to the next fields.
+HeapKey = tuple[int, float, int, float, str]
+# (key, queue, the flavor nominated for the queue's head, None if none fits)
+HeapEntry = tuple[HeapKey, ClusterQueueName, FlavorName | None]
+
+
+class _Stale:
+    """The nominated flavor or class changed since the head was queued."""
+
+
+_STALE = _Stale()
 
 
 @dataclass(slots=True)
@@ -82,20 +98,29 @@ class _Cycle:
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
 
     # -- phase 3: nominate ------------------------------------------------
-    def key(self, cq: ClusterQueue, w: Workload) -> HeapKey:
+    def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
         request = w.total_requests
         for fq in cq.flavors:
             check = self.ledger.check(cq.name, fq.flavor, request)
             if check.fits:
                 if check.borrowing:
-                    share = self.ledger.share(cq.name, (fq.flavor, request))
-                    return (_BORROWING, share, -w.priority, w.created_at, w.id)
-                return (_NOMINAL, (0, Fraction(0)), -w.priority, w.created_at, w.id)
-        return (_NO_QUOTA, (0, Fraction(0)), -w.priority, w.created_at, w.id)
+                    infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
+                    share = math.inf if infinite else float(exact)
+                    key = (_BORROWING, share, -w.priority, w.created_at, w.id)
+                else:
+                    key = (_NOMINAL, _NO_SHARE, -w.priority, w.created_at, w.id)
+                return (key, cq.name, fq.flavor)
+        return ((_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id), cq.name, None)
 
     # -- phase 5: admit ---------------------------------------------------
-    def try_admit(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        """Admit ``w`` and return None, or return why it cannot be admitted now."""
+    def try_admit(
+        self, cq: ClusterQueue, w: Workload, nominated: FlavorName | None, borrowing: bool
+    ) -> Verdict | _Stale | None:
+        """Admit ``w`` and return None, or return why it cannot be admitted now.
+
+        ``_STALE`` means the nomination no longer holds (a cohort peer took
+        the pool since): the caller nominates again and requeues the head.
+        """
         memo_key = (cq.name, w.shape)
         known = self._memo.get(memo_key)
         if known is not None:
@@ -108,12 +133,17 @@ class _Cycle:
         request = w.total_requests
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
         node_verdict: Verdict | None = None
+        nominated_checked = False
         for fq in cq.flavors:
             check = self.ledger.check(cq.name, fq.flavor, request)
             if not check.fits:
                 if first_quota is None:
                     first_quota = (fq.flavor, check)
                 continue
+            if not nominated_checked:
+                if fq.flavor != nominated or check.borrowing != borrowing:
+                    return _STALE
+                nominated_checked = True
             fail_key = (fq.flavor, w.shape)
             failed = self._node_fail.get(fail_key)
             if failed is None:
@@ -189,7 +219,7 @@ class _Cycle:
     # -- phases 1, 4, 5 ---------------------------------------------------
     def run(self) -> None:
         config = self.snapshot.config
-        heap: list[tuple[HeapKey, ClusterQueueName]] = []
+        heap: list[HeapEntry] = []
         cursors: dict[ClusterQueueName, _Cursor] = {}
         for name in sorted(self.snapshot.pending):
             items = self.snapshot.pending[name]
@@ -200,14 +230,14 @@ class _Cycle:
             cursors[name] = cur
             self._push(heap, cur)
         while heap:
-            key, name = heapq.heappop(heap)
+            key, name, nominated = heapq.heappop(heap)
             cur = cursors[name]
             w = cur.items[cur.pos]
-            fresh = self.key(cur.cq, w)
-            if fresh > key:
-                heapq.heappush(heap, (fresh, name))
+            verdict = self.try_admit(cur.cq, w, nominated, key[0] == _BORROWING)
+            if verdict is _STALE:
+                heapq.heappush(heap, self.nominate(cur.cq, w))
                 continue
-            verdict = self.try_admit(cur.cq, w)
+            assert not isinstance(verdict, _Stale)
             cur.pos += 1
             if verdict is not None:
                 self.verdicts[w.id] = verdict
@@ -217,7 +247,7 @@ class _Cycle:
                     continue
             self._push(heap, cur)
 
-    def _push(self, heap: list[tuple[HeapKey, ClusterQueueName]], cur: _Cursor) -> None:
+    def _push(self, heap: list[HeapEntry], cur: _Cursor) -> None:
         # Workloads whose shape already failed here are settled without the heap.
         items = cur.items
         memo = self._memo
@@ -225,7 +255,7 @@ class _Cycle:
             w = items[cur.pos]
             known = memo.get((cur.cq.name, w.shape))
             if known is None:
-                heapq.heappush(heap, (self.key(cur.cq, w), cur.cq.name))
+                heapq.heappush(heap, self.nominate(cur.cq, w))
                 return
             self.verdicts[w.id] = known
             cur.pos += 1
@@ -243,42 +273,21 @@ class _Cycle:
         cur.pos = len(cur.items)
 
     # -- phase 6: requeue -------------------------------------------------
-    def statuses(self) -> dict[WorkloadId, PendingStatus]:
-        out: dict[WorkloadId, PendingStatus] = {}
-        lq_pos: dict[tuple[str, str], int] = {}
-        for name in sorted(self.snapshot.pending):
-            cq_pos = 0
-            for w in self.snapshot.pending[name]:
-                verdict = self.verdicts.get(w.id)
-                if verdict is None:  # admitted this cycle
-                    continue
-                cq_pos += 1
-                lq_key = (w.namespace, w.queue)
-                lq_pos[lq_key] = lq_pos.get(lq_key, 0) + 1
-                out[w.id] = PendingStatus(
-                    workload=w.id,
-                    cluster_queue=name,
-                    reason=verdict.reason,
-                    message=verdict.message,
-                    position_in_local_queue=lq_pos[lq_key],
-                    position_in_cluster_queue=cq_pos,
-                )
+    def decisions(self) -> Decisions:
         for w in self.snapshot.unroutable:
-            lq_key = (w.namespace, w.queue)
-            lq_pos[lq_key] = lq_pos.get(lq_key, 0) + 1
-            out[w.id] = PendingStatus(
-                workload=w.id,
-                cluster_queue=None,
+            self.verdicts[w.id] = Verdict(
                 reason=PendingReason.INADMISSIBLE,
                 message=f"LocalQueue {w.namespace}/{w.queue} does not exist",
-                position_in_local_queue=lq_pos[lq_key],
-                position_in_cluster_queue=0,
             )
-        return out
+        inadmissible = tuple(
+            wid for wid, v in self.verdicts.items() if v.reason is PendingReason.INADMISSIBLE
+        )
+        statuses = PendingStatuses(self.snapshot.pending, self.snapshot.unroutable, self.verdicts)
+        return Decisions(admitted=tuple(self.admitted), pending=statuses, inadmissible=inadmissible)
 
 
 def schedule(snapshot: Snapshot, now: float) -> Decisions:
     """Decide which pending workloads to admit now, where, and why the rest wait."""
     cycle = _Cycle(snapshot, now)
     cycle.run()
-    return Decisions(admitted=tuple(cycle.admitted), pending=cycle.statuses())
+    return cycle.decisions()

@@ -163,7 +163,22 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+ShapeId = NewType("ShapeId", int)
+
+# Distinct gang shapes seen by this process, numbered. Shapes are few (a job
+# template yields one), so the table stays small; the numbers are only ever
+# used as dictionary keys, never for ordering, so they cannot sway a decision.
+_SHAPE_IDS: dict[tuple[object, ...], ShapeId] = {}
+
+
+def shape_id(shape: tuple[object, ...]) -> ShapeId:
+    found = _SHAPE_IDS.get(shape)
+    if found is None:
+        found = _SHAPE_IDS[shape] = ShapeId(len(_SHAPE_IDS))
+    return found
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
     """One gang: all pods of all pod sets are admitted together or not at all."""
 
@@ -175,30 +190,31 @@ class Workload:
     created_at: float = 0.0  # seconds; the simulator's or the store's clock
     max_runtime: float | None = None  # seconds, the user's declared limit
 
-    @cached_property
-    def id(self) -> WorkloadId:
-        return WorkloadId(f"{self.namespace}/{self.name}")
+    # Derived once at construction: the cycle reads them for every workload.
+    id: WorkloadId = field(init=False, repr=False, compare=False)
+    total_requests: Mapping[ResourceName, int] = field(init=False, repr=False, compare=False)
+    # What quota and placement see of the gang: equal shapes fit or fail together.
+    shape: ShapeId = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def total_requests(self) -> dict[ResourceName, int]:
-        out: dict[ResourceName, int] = {}
+    def __post_init__(self) -> None:
+        total: dict[ResourceName, int] = {}
         for ps in self.pod_sets:
             for r, v in ps.requests.items():
-                out[r] = out.get(r, 0) + v * ps.count
-        return out
-
-    @cached_property
-    def shape(self) -> tuple[object, ...]:
-        """What placement and quota depend on: equal shapes fit or fail together."""
-        return tuple(
-            (
-                ps.count,
-                tuple(sorted(ps.requests.items())),
-                tuple(sorted(ps.node_selector.items())),
-                ps.tolerations,
+                total[r] = total.get(r, 0) + v * ps.count
+        shape = shape_id(
+            tuple(
+                (
+                    ps.count,
+                    tuple(sorted(ps.requests.items())),
+                    tuple(sorted(ps.node_selector.items())),
+                    ps.tolerations,
+                )
+                for ps in self.pod_sets
             )
-            for ps in self.pod_sets
         )
+        object.__setattr__(self, "id", WorkloadId(f"{self.namespace}/{self.name}"))
+        object.__setattr__(self, "total_requests", total)
+        object.__setattr__(self, "shape", shape)
 
     @property
     def gpus(self) -> int:

@@ -9,9 +9,11 @@ selector and whose taints it tolerates, and no node's free capacity goes
 below zero. A gang is placed whole or not at all. Among equal choices the
 result is deterministic: best fit (least free first), then node name.
 
-Speed: nodes with the same labels and taints form a class, and within a class
-nodes with the same free capacity form one group, so a fit test costs one
-division per distinct free vector rather than one per node.
+Speed: nodes of one flavor with the same taints form a class, and within a
+class nodes with the same free capacity form one group, so a fit test costs
+one division per distinct free vector rather than one per node. Node
+selectors are checked per node, and only for pod sets that have one, since
+labels such as a rack or a hostname would split classes into single nodes.
 """
 
 from __future__ import annotations
@@ -32,16 +34,11 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.resources import GPU, ResourceName, Resources, how_many
 
-# Labels unique to one node; they never split nodes into classes.
-_PER_NODE_LABELS = frozenset({"kubernetes.io/hostname"})
-_Labels = tuple[tuple[str, str], ...]
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NodeClass:
     index: int
     flavor: FlavorName
-    labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     resources: tuple[ResourceName, ...]  # key order: GPUs first, then by name
     nodes: tuple[NodeName, ...]
@@ -55,24 +52,19 @@ class NodeTopology:
     ) -> None:
         self.nodes = nodes
         self.flavor_of: dict[NodeName, FlavorName] = {}
-        groups: dict[
-            tuple[FlavorName, tuple[tuple[str, str], ...], tuple[Taint, ...]], list[Node]
-        ] = {}
+        groups: dict[tuple[FlavorName, tuple[Taint, ...]], list[Node]] = {}
         flavor_names = sorted(flavors)
         for name in sorted(nodes):
             node = nodes[name]
-            flavor = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
-            if flavor is None or not node.schedulable:
+            match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
+            if match is None or not node.schedulable:
                 continue
-            self.flavor_of[name] = flavor
-            labels = tuple(
-                sorted((k, v) for k, v in node.labels.items() if k not in _PER_NODE_LABELS)
-            )
-            groups.setdefault((flavor, labels, node.taints), []).append(node)
+            self.flavor_of[name] = match
+            groups.setdefault((match, node.taints), []).append(node)
         self.classes: list[NodeClass] = []
         self.class_of: dict[NodeName, NodeClass] = {}
         self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
-        for (flavor, labels, taints), members in groups.items():
+        for (flavor, taints), members in groups.items():
             names: set[ResourceName] = set()
             for n in members:
                 names.update(n.allocatable)
@@ -80,7 +72,6 @@ class NodeTopology:
             cls = NodeClass(
                 index=len(self.classes),
                 flavor=flavor,
-                labels=dict(labels),
                 taints=taints,
                 resources=ordered,
                 nodes=tuple(n.name for n in members),
@@ -90,18 +81,21 @@ class NodeTopology:
                 self.class_of[n.name] = cls
             self.by_flavor.setdefault(cls.flavor, []).append(cls)
         self._empty_fit: dict[tuple[FlavorName, object], bool] = {}
+        self._candidates: dict[tuple[object, ...], list[NodeClass]] = {}
 
     def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
-        out = []
-        for cls in self.by_flavor.get(flavor, ()):
-            if not tolerated(cls.taints, pod_set.tolerations):
-                continue
-            if all(
-                k in _PER_NODE_LABELS or cls.labels.get(k) == v
-                for k, v in pod_set.node_selector.items()
-            ):
-                out.append(cls)
-        return out
+        key = (flavor, tuple(sorted(pod_set.node_selector.items())), pod_set.tolerations)
+        hit = self._candidates.get(key)
+        if hit is None:
+            hit = self._candidates[key] = self._match(flavor, pod_set)
+        return hit
+
+    def _match(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+        return [
+            cls
+            for cls in self.by_flavor.get(flavor, ())
+            if tolerated(cls.taints, pod_set.tolerations)
+        ]
 
     def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
         labels = self.nodes[name].labels
@@ -170,7 +164,7 @@ class NodePool:
         for ps in order:
             remaining = ps.count
             placeable = 0
-            per_node_selector = any(k in _PER_NODE_LABELS for k in ps.node_selector)
+            per_node_selector = bool(ps.node_selector)
             for cls in topo.candidates(flavor, ps):
                 if remaining <= 0:
                     break

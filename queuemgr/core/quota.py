@@ -64,6 +64,11 @@ class QuotaCheck:
         )
 
 
+_FITS = QuotaCheck(verdict=QuotaVerdict.FITS)
+_FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
+_EMPTY: Mapping[tuple[FlavorName, ResourceName], int] = {}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Limits:
     nominal: Mapping[ResourceName, int]
@@ -157,6 +162,9 @@ class QuotaLedger:
         lim = topo.limits.get((cq, flavor))
         cohort = topo.cohort_of.get(cq)
         used = self.usage(cq, flavor)
+        if cohort is not None:
+            pool_map = topo.pool[cohort]
+            used_map = self._pool_used.get(cohort, _EMPTY)
         borrowing = False
         for r, req in request.items():
             if req <= 0:
@@ -177,8 +185,8 @@ class QuotaLedger:
                     )
                 continue
             g = lim.guaranteed[r]
-            pool = topo.pool[cohort].get((flavor, r), 0)
-            pool_used = self._pool_used.get(cohort, {}).get((flavor, r), 0)
+            pool = pool_map.get((flavor, r), 0)
+            pool_used = used_map.get((flavor, r), 0)
             # The most q may hold now: its cap, and what the pool leaves it.
             pool_cap = g + pool - pool_used + max(0, cur - g)
             limit = min(lim.cap[r], pool_cap)
@@ -197,7 +205,7 @@ class QuotaLedger:
                 )
             if u > nominal:
                 borrowing = True
-        return QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=borrowing)
+        return _FITS_BORROWING if borrowing else _FITS
 
     def add(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> None:
         per_flavor = self._own.setdefault(cq, {})

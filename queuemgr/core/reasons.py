@@ -11,10 +11,16 @@ message names the resource and the amounts involved.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, FlavorName, WorkloadId
+from queuemgr.core.model import (
+    AdmittedWorkload,
+    ClusterQueueName,
+    FlavorName,
+    Workload,
+    WorkloadId,
+)
 from queuemgr.core.placement import FitFailure
 from queuemgr.core.resources import ResourceName, format_quantity
 
@@ -45,12 +51,75 @@ class PendingStatus:
     position_in_cluster_queue: int
 
 
+class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
+    """Every workload left pending, with its verdict and positions.
+
+    Built lazily: a cycle over 100,000 pending workloads hands out shared
+    verdicts, and positions are counted only when somebody asks.
+    """
+
+    def __init__(
+        self,
+        queues: Mapping[ClusterQueueName, Sequence[Workload]],
+        unroutable: Sequence[Workload],
+        verdicts: Mapping[WorkloadId, Verdict],
+    ) -> None:
+        self._queues = queues
+        self._unroutable = unroutable
+        self._verdicts = verdicts
+        self._positions: dict[WorkloadId, tuple[ClusterQueueName | None, int, int]] | None = None
+
+    def verdict(self, wid: WorkloadId) -> Verdict | None:
+        return self._verdicts.get(wid)
+
+    def _count(self) -> dict[WorkloadId, tuple[ClusterQueueName | None, int, int]]:
+        if self._positions is None:
+            out: dict[WorkloadId, tuple[ClusterQueueName | None, int, int]] = {}
+            lq_pos: dict[tuple[str, str], int] = {}
+            verdicts = self._verdicts
+            for name in sorted(self._queues):
+                cq_pos = 0
+                for w in self._queues[name]:
+                    if w.id not in verdicts:  # admitted this cycle
+                        continue
+                    cq_pos += 1
+                    lq = (w.namespace, w.queue)
+                    lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
+                    out[w.id] = (name, n, cq_pos)
+            for w in self._unroutable:
+                lq = (w.namespace, w.queue)
+                lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
+                out[w.id] = (None, n, 0)
+            self._positions = out
+        return self._positions
+
+    def __getitem__(self, wid: WorkloadId) -> PendingStatus:
+        verdict = self._verdicts[wid]
+        cq, lq_pos, cq_pos = self._count()[wid]
+        return PendingStatus(
+            workload=wid,
+            cluster_queue=cq,
+            reason=verdict.reason,
+            message=verdict.message,
+            position_in_local_queue=lq_pos,
+            position_in_cluster_queue=cq_pos,
+        )
+
+    def __iter__(self) -> Iterator[WorkloadId]:
+        return iter(self._count())
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Decisions:
     """What one cycle decided. Persisting and applying it happen elsewhere."""
 
     admitted: tuple[AdmittedWorkload, ...]
-    pending: Mapping[WorkloadId, PendingStatus]
+    pending: PendingStatuses
+    # Workloads found Inadmissible this cycle (cheap to read without ``pending``).
+    inadmissible: tuple[WorkloadId, ...] = ()
 
     def admitted_ids(self) -> set[WorkloadId]:
         return {a.workload.id for a in self.admitted}

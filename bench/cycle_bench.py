@@ -1,0 +1,172 @@
+"""Time one full scheduling cycle at three sizes, and each dimension on its own.
+
+Why it exists: the issue sets targets for one cycle on this 2-core machine
+(10,000 pending / 100 ClusterQueues / 1,000 nodes in at most 100 ms, and
+100,000 / 1,000 / 10,000 in at most 2 s). Wall time on a shared machine is
+noisy, so every case runs several times and reports the best and the median,
+and growth is shown as ratios against the base case of the same run.
+
+The workload mix: 70 % 1-GPU jobs, 30 % gangs of 8 to 64 GPUs (1 to 8 pods of
+8 GPUs); nodes have 8 GPUs; the cluster starts half full; ClusterQueues come
+in cohorts of 10 with equal nominal quotas summing to the cluster's capacity.
+
+    python bench/cycle_bench.py            # the three sizes and the growth table
+    python bench/cycle_bench.py --quick    # smaller repeat counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from fractions import Fraction
+
+from queuemgr.core import Config, Snapshot, build_snapshot, schedule
+from queuemgr.core.model import (
+    Admission,
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    CohortName,
+    FlavorName,
+    FlavorQuota,
+    LocalQueue,
+    Node,
+    NodeName,
+    PodSet,
+    PodSetPlacement,
+    ResourceFlavor,
+    Workload,
+)
+from queuemgr.core.resources import CPU, GPU, MEMORY
+
+GIB = 2**30
+FLAVOR = FlavorName("h100")
+
+
+def _shape(rng: random.Random) -> tuple[int, int]:
+    """(pods, gpus per pod)."""
+    if rng.random() < 0.7:
+        return 1, 1
+    return rng.choice((1, 2, 4, 8)), 8
+
+
+def _workload(rng: random.Random, i: int, ns: str, created: float) -> Workload:
+    pods, gpus = _shape(rng)
+    return Workload(
+        namespace=ns,
+        name=f"w{i}",
+        queue="default",
+        priority=rng.choice((0, 0, 0, 100)),
+        created_at=created,
+        pod_sets=(
+            PodSet(
+                name="main",
+                count=pods,
+                requests={GPU: gpus, CPU: 8000 * gpus, MEMORY: 64 * GIB * gpus},
+            ),
+        ),
+    )
+
+
+def make_snapshot(pending: int, queues: int, nodes: int, seed: int = 1) -> Snapshot:
+    rng = random.Random(seed)
+    node_objs = [
+        Node(
+            name=NodeName(f"node-{i:05d}"),
+            labels={"gpu": "h100", "rack": f"r{i // 32}"},
+            allocatable={GPU: 8, CPU: 96000, MEMORY: 1024 * GIB},
+        )
+        for i in range(nodes)
+    ]
+    per_queue = max(1, nodes * 8 // queues)
+    cqs = [
+        ClusterQueue(
+            name=ClusterQueueName(f"cq-{q:04d}"),
+            cohort=CohortName(f"cohort-{q // 10}"),
+            weight=Fraction(1),
+            flavors=(
+                FlavorQuota(
+                    flavor=FLAVOR,
+                    nominal={GPU: per_queue, CPU: per_queue * 12000, MEMORY: per_queue * 128 * GIB},
+                ),
+            ),
+        )
+        for q in range(queues)
+    ]
+    lqs = [LocalQueue(namespace=f"ns-{q:04d}", name="default", cluster_queue=cq.name)
+           for q, cq in enumerate(cqs)]
+    config = Config.of(
+        flavors=[ResourceFlavor(name=FLAVOR, node_labels={"gpu": "h100"})],
+        cluster_queues=cqs,
+        local_queues=lqs,
+        nodes=node_objs,
+    )
+    # Half full: fill nodes in order with running 1- and 8-GPU pods until half the GPUs are used.
+    admitted: list[AdmittedWorkload] = []
+    target = nodes * 8 // 2
+    used = 0
+    i = 0
+    while used < target:
+        node = node_objs[used // 8]
+        take = 8 if (used % 8 == 0 and rng.random() < 0.5) else 1
+        q = i % queues
+        w = Workload(
+            namespace=f"ns-{q:04d}", name=f"run{i}", queue="default", created_at=-1.0,
+            pod_sets=(PodSet(name="main", count=1,
+                             requests={GPU: take, CPU: 8000 * take, MEMORY: 64 * GIB * take}),),
+        )
+        admitted.append(AdmittedWorkload(
+            workload=w,
+            admission=Admission(
+                workload=w.id, cluster_queue=cqs[q].name, flavor=FLAVOR,
+                placements=(PodSetPlacement(pod_set="main", node=node.name, count=1),),
+            ),
+            admitted_at=-1.0,
+        ))
+        used += take
+        i += 1
+    work = [_workload(rng, j, f"ns-{rng.randrange(queues):04d}", float(j)) for j in range(pending)]
+    return build_snapshot(config, admitted=admitted, pending=work)
+
+
+def time_cycle(snap: Snapshot, repeat: int) -> tuple[float, float, int]:
+    times = []
+    admitted = 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        decisions = schedule(snap, 0.0)
+        times.append(time.perf_counter() - t0)
+        admitted = len(decisions.admitted)
+    return min(times), statistics.median(times), admitted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    reps = 2 if args.quick else 5
+    cases = [
+        ("small", 1_000, 10, 100, reps),
+        ("middle", 10_000, 100, 1_000, reps),
+        ("large", 100_000, 1_000, 10_000, max(1, reps // 2)),
+        ("middle, 10x pending", 100_000, 100, 1_000, max(1, reps // 2)),
+        ("middle, 10x queues", 10_000, 1_000, 1_000, reps),
+        ("middle, 10x nodes", 10_000, 100, 10_000, reps),
+    ]
+    print(f"{'case':<22}{'pending':>9}{'CQs':>6}{'nodes':>7}{'best ms':>10}"
+          f"{'median ms':>11}{'admitted':>10}{'x middle':>10}")
+    base = None
+    for label, p, q, n, r in cases:
+        snap = make_snapshot(p, q, n)
+        best, median, admitted = time_cycle(snap, r)
+        if label == "middle":
+            base = best
+        ratio = f"{best / base:.1f}" if base else "-"
+        print(f"{label:<22}{p:>9}{q:>6}{n:>7}{best * 1000:>10.1f}{median * 1000:>11.1f}"
+              f"{admitted:>10}{ratio:>10}")
+
+
+if __name__ == "__main__":
+    main()
