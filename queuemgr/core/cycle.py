@@ -121,15 +121,16 @@ class _Cycle:
         ``_STALE`` means the nomination no longer holds (a cohort peer took
         the pool since): the caller nominates again and requeues the head.
         """
-        memo_key = (cq.name, w.shape)
-        known = self._memo.get(memo_key)
-        if known is not None:
-            return known
+        # The namespace comes first: the memo holds verdicts per shape, not namespace.
         if not cq.admits_namespace(w.namespace):
             return Verdict(
                 reason=PendingReason.INADMISSIBLE,
                 message=f"namespace {w.namespace!r} may not use ClusterQueue {cq.name!r}",
             )
+        memo_key = (cq.name, w.shape)
+        known = self._memo.get(memo_key)
+        if known is not None:
+            return known
         request = w.total_requests
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
         node_verdict: Verdict | None = None
@@ -254,7 +255,7 @@ class _Cycle:
         while cur.pos < len(items):
             w = items[cur.pos]
             known = memo.get((cur.cq.name, w.shape))
-            if known is None:
+            if known is None or not cur.cq.admits_namespace(w.namespace):
                 heapq.heappush(heap, self.nominate(cur.cq, w))
                 return
             self.verdicts[w.id] = known

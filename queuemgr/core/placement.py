@@ -60,7 +60,9 @@ class NodeTopology:
             if match is None or not node.schedulable:
                 continue
             self.flavor_of[name] = match
-            groups.setdefault((match, node.taints), []).append(node)
+            # A flavor's taints hold on all its nodes, as in Kueue's nodeTaints.
+            extra = tuple(t for t in flavors[match].taints if t not in node.taints)
+            groups.setdefault((match, node.taints + extra), []).append(node)
         self.classes: list[NodeClass] = []
         self.class_of: dict[NodeName, NodeClass] = {}
         self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
