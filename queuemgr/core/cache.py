@@ -24,6 +24,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
+from queuemgr.core.placement import build_free_index, reindex
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, queue_order_key
 
@@ -41,6 +42,7 @@ class Cache:
         self._free: dict[NodeName, dict[ResourceName, int]] = {
             name: dict(n.allocatable) for name, n in config.nodes.items()
         }
+        self._index = build_free_index(config.node_topology, self._free)
         self._admitted: dict[WorkloadId, AdmittedWorkload] = {}
         self._pending: dict[WorkloadId, Workload] = {}
         self._queues: dict[
@@ -113,6 +115,7 @@ class Cache:
         per_flavor[flavor] = vec
         self._usage[cq] = per_flavor
         per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        class_of = self._config.node_topology.class_of
         for p in a.admission.placements:
             old = self._free.get(p.node)
             if old is None:
@@ -121,6 +124,9 @@ class Cache:
             for r, v in per_pod[p.pod_set].items():
                 new[r] = new.get(r, 0) - sign * v * p.count
             self._free[p.node] = new
+            cls = class_of.get(p.node)
+            if cls is not None:
+                reindex(self._index, cls, p.node, old, new)
 
     # -- reading ----------------------------------------------------------
     def pending(self) -> Iterable[Workload]:
@@ -145,4 +151,5 @@ class Cache:
             admitted=dict(self._admitted),
             pending=pending,
             unroutable=[w for _, w in self._queues.get(None, [])],
+            node_index=dict(self._index),
         )

@@ -91,7 +91,7 @@ class _Cycle:
         self.now = now
         config = snapshot.config
         self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
-        self.pool = NodePool(config.node_topology, snapshot.node_free)
+        self.pool = NodePool(config.node_topology, snapshot.node_free, snapshot.node_index)
         self.admitted: list[AdmittedWorkload] = []
         self.verdicts: dict[WorkloadId, Verdict] = {}
         self._memo: dict[tuple[ClusterQueueName, object], Verdict] = {}
@@ -123,10 +123,7 @@ class _Cycle:
         """
         # The namespace comes first: the memo holds verdicts per shape, not namespace.
         if not cq.admits_namespace(w.namespace):
-            return Verdict(
-                reason=PendingReason.INADMISSIBLE,
-                message=f"namespace {w.namespace!r} may not use ClusterQueue {cq.name!r}",
-            )
+            return self._refused(cq, w)
         memo_key = (cq.name, w.shape)
         known = self._memo.get(memo_key)
         if known is not None:
@@ -173,6 +170,13 @@ class _Cycle:
             )
         self._memo[memo_key] = verdict
         return verdict
+
+    @staticmethod
+    def _refused(cq: ClusterQueue, w: Workload) -> Verdict:
+        return Verdict(
+            reason=PendingReason.INADMISSIBLE,
+            message=f"namespace {w.namespace!r} may not use ClusterQueue {cq.name!r}",
+        )
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         """A verdict when no flavor could ever take ``w``, however idle the cluster."""
@@ -270,7 +274,9 @@ class _Cycle:
     def _block_rest(self, cur: _Cursor, head: WorkloadId) -> None:
         blocked = blocked_by_head(head)
         for w in cur.items[cur.pos :]:
-            self.verdicts[w.id] = blocked
+            # A namespace the queue refuses is never waiting behind anyone.
+            allowed = cur.cq.admits_namespace(w.namespace)
+            self.verdicts[w.id] = blocked if allowed else self._refused(cur.cq, w)
         cur.pos = len(cur.items)
 
     # -- phase 6: requeue -------------------------------------------------

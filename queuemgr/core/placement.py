@@ -19,7 +19,7 @@ labels such as a rack or a hostname would split classes into single nodes.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from queuemgr.core.model import (
@@ -123,12 +123,56 @@ class FitFailure:
     largest_free: Resources  # the node with the most free of the dominant resource
 
 
+# class index -> free vector -> the class's nodes with that much free, by name
+FreeIndex = Mapping[int, Mapping[tuple[int, ...], Sequence[NodeName]]]
+_MutableIndex = dict[int, dict[tuple[int, ...], tuple[NodeName, ...]]]
+
+
+def free_key(cls: NodeClass, free: Resources) -> tuple[int, ...]:
+    return tuple(free.get(r, 0) for r in cls.resources)
+
+
+def build_free_index(topology: NodeTopology, free: Mapping[NodeName, Resources]) -> _MutableIndex:
+    out: _MutableIndex = {}
+    for cls in topology.classes:
+        groups: dict[tuple[int, ...], list[NodeName]] = {}
+        for node in cls.nodes:  # nodes are in name order, so each group is too
+            groups.setdefault(free_key(cls, free.get(node, {})), []).append(node)
+        out[cls.index] = {k: tuple(v) for k, v in groups.items()}
+    return out
+
+
+def reindex(
+    index: _MutableIndex, cls: NodeClass, node: NodeName, old: Resources, new: Resources
+) -> None:
+    """Move ``node`` between groups, replacing (never mutating) what snapshots may hold."""
+    old_key, new_key = free_key(cls, old), free_key(cls, new)
+    if old_key == new_key:
+        return
+    groups = dict(index[cls.index])
+    left = tuple(n for n in groups[old_key] if n != node)
+    if left:
+        groups[old_key] = left
+    else:
+        del groups[old_key]
+    target = list(groups.get(new_key, ()))
+    bisect.insort(target, node)
+    groups[new_key] = tuple(target)
+    index[cls.index] = groups
+
+
 class NodePool:
     """Free capacity per node as a cycle overlay, indexed by free vector per class."""
 
-    def __init__(self, topology: NodeTopology, free: Mapping[NodeName, Resources]) -> None:
+    def __init__(
+        self,
+        topology: NodeTopology,
+        free: Mapping[NodeName, Resources],
+        index: FreeIndex | None = None,
+    ) -> None:
         self.topology = topology
         self._base = free
+        self._base_index = index
         self._own: dict[NodeName, dict[ResourceName, int]] = {}
         self._groups: dict[int, dict[tuple[int, ...], list[NodeName]]] = {}
         self._keys: dict[int, list[tuple[int, ...]]] = {}
@@ -139,15 +183,17 @@ class NodePool:
         return own if own is not None else self._base.get(node, {})
 
     def _key(self, cls: NodeClass, node: NodeName) -> tuple[int, ...]:
-        vec = self.free(node)
-        return tuple(vec.get(r, 0) for r in cls.resources)
+        return free_key(cls, self.free(node))
 
     def _index(self, cls: NodeClass) -> dict[tuple[int, ...], list[NodeName]]:
         groups = self._groups.get(cls.index)
         if groups is None:
-            groups = {}
-            for node in cls.nodes:  # nodes are in name order, so each group is too
-                groups.setdefault(self._key(cls, node), []).append(node)
+            if self._base_index is not None:
+                groups = {k: list(v) for k, v in self._base_index[cls.index].items()}
+            else:
+                groups = {}
+                for node in cls.nodes:  # nodes are in name order, so each group is too
+                    groups.setdefault(self._key(cls, node), []).append(node)
             self._groups[cls.index] = groups
             self._keys[cls.index] = sorted(groups)
         return groups

@@ -29,7 +29,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.placement import NodeTopology
+from queuemgr.core.placement import FreeIndex, NodeTopology
 from queuemgr.core.quota import QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources
 
@@ -102,6 +102,9 @@ class Snapshot:
     pending: Mapping[ClusterQueueName, Sequence[Workload]]
     # Pending workloads whose LocalQueue is missing or points nowhere.
     unroutable: Sequence[Workload] = ()
+    # Nodes grouped by free capacity, if the builder keeps it (the cache does);
+    # without it the cycle groups the nodes it needs itself.
+    node_index: FreeIndex | None = None
 
 
 MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]
