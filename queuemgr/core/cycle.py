@@ -180,6 +180,13 @@ class _Cycle:
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         """A verdict when no flavor could ever take ``w``, however idle the cluster."""
+        memo = self.snapshot.config.never_fits
+        key = (cq.name, w.shape)
+        if key not in memo:
+            memo[key] = self._never_fits(cq, w)
+        return memo[key]
+
+    def _never_fits(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         topo = self.snapshot.config.quota_topology
         nodes = self.snapshot.config.node_topology
         why: list[str] = []

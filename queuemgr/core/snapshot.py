@@ -26,11 +26,13 @@ from queuemgr.core.model import (
     Node,
     NodeName,
     ResourceFlavor,
+    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import FreeIndex, NodeTopology
 from queuemgr.core.quota import QuotaTopology
+from queuemgr.core.reasons import Verdict
 from queuemgr.core.resources import ResourceName, Resources
 
 # usage[cq][flavor][resource]
@@ -84,6 +86,11 @@ class Config:
     @cached_property
     def node_topology(self) -> NodeTopology:
         return NodeTopology(self.flavors, self.nodes)
+
+    @cached_property
+    def never_fits(self) -> dict[tuple[ClusterQueueName, ShapeId], Verdict | None]:
+        """Whether a shape can ever fit a queue depends on this config alone: memo it."""
+        return {}
 
     def route(self, w: Workload) -> ClusterQueueName | None:
         lq = self.local_queues.get((w.namespace, w.queue))
