@@ -1,0 +1,133 @@
+"""The ``queuemgr`` command line: a click group; ``simulate`` runs the simulator.
+
+Why it exists: one entry point for people and scripts. It only parses
+options, calls into ``queuemgr.sim`` and reports.
+
+What must stay true: no traceback ever reaches the user. Bad input (usage,
+scenario, trace) exits 2 with a message on stderr that names the file and the
+YAML path or line; a failure (an invariant violation, an internal error)
+exits 1. Machine-readable output (``-`` for events or summary) goes to stdout
+and nothing else is mixed into it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO
+
+import click
+
+from queuemgr.sim.engine import Engine
+from queuemgr.sim.report import EventWriter, print_table, summarize
+from queuemgr.sim.scenario import load_scenario
+from queuemgr.sim.trace import load_trace
+from queuemgr.sim.yamlcheck import InputError
+
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+
+
+@click.group()
+def main() -> None:
+    """queuemgr: a queue-based, fair-share GPU quota manager."""
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--trace", type=click.Path(dir_okay=False, path_type=Path), help="Job trace CSV[.gz]."
+)
+@click.option("--assign-tenants", type=click.IntRange(min=1), help="Assign tenant-0..N-1 to jobs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --assign-tenants.")
+@click.option("--events", "events_path", help="Write events as JSON lines ('-' for stdout).")
+@click.option("--summary", "summary_path", help="Write the JSON summary ('-' for stdout).")
+@click.option("--until", type=click.FloatRange(min=0), help="Stop after this virtual time (s).")
+def simulate(
+    scenario: Path,
+    trace: Path | None,
+    assign_tenants: int | None,
+    seed: int,
+    events_path: str | None,
+    summary_path: str | None,
+    until: float | None,
+) -> None:
+    """Replay SCENARIO (and optionally a trace) through the scheduler in virtual time."""
+    if assign_tenants is not None and trace is None:
+        raise click.UsageError("--assign-tenants needs --trace")
+    try:
+        code = _simulate(scenario, trace, assign_tenants, seed, events_path, summary_path, until)
+    except InputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except BrokenPipeError:
+        sys.exit(EXIT_FAILURE)
+    except Exception as exc:  # the last line of defence: report, never a traceback
+        click.echo(f"error: internal failure: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_FAILURE)
+    sys.exit(code)
+
+
+def _simulate(
+    scenario_path: Path,
+    trace_path: Path | None,
+    assign_tenants: int | None,
+    seed: int,
+    events_path: str | None,
+    summary_path: str | None,
+    until: float | None,
+) -> int:
+    try:
+        scenario = load_scenario(scenario_path)
+    except InputError as exc:
+        raise InputError(f"{scenario_path}: {exc}") from None
+    workloads = list(scenario.workloads)
+    tenants_assigned = unmatched = None
+    if trace_path is not None:
+        namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
+        jobs = load_trace(
+            trace_path, namespaces=namespaces, assign_tenants=assign_tenants, seed=seed
+        )
+        workloads.extend(jobs.workloads)
+        tenants_assigned, unmatched = jobs.tenants_assigned, jobs.unmatched
+        if unmatched:
+            listed = ", ".join(f"{t} ({n})" for t, n in sorted(unmatched.items()))
+            click.echo(
+                f"warning: {sum(unmatched.values())} trace jobs not simulated: their tenant has "
+                f"no LocalQueue 'default': {listed}",
+                err=True,
+            )
+    with ExitStack() as stack:
+        emit = None
+        if events_path is not None:
+            emit = EventWriter(_open(stack, events_path))
+        engine = Engine(scenario.config, workloads, emit=emit)
+        result = engine.run(until=until)
+    summary = summarize(
+        result, scenario.config, tenants_assigned=tenants_assigned, unmatched_tenants=unmatched
+    )
+    if summary_path is not None:
+        with ExitStack() as stack:
+            out = _open(stack, summary_path)
+            json.dump(summary, out, indent=2)
+            out.write("\n")
+    else:
+        # Keep stdout pure JSON lines when the events go there.
+        print_table(summary, sys.stderr if events_path == "-" else sys.stdout)
+    if result.invariant_violations:
+        for message in result.invariant_violations[:10]:
+            click.echo(f"invariant violated: {message}", err=True)
+        click.echo(f"error: {len(result.invariant_violations)} invariant violations", err=True)
+        return EXIT_FAILURE
+    return 0
+
+
+def _open(stack: ExitStack, path: str) -> IO[str]:
+    if path == "-":
+        return sys.stdout
+    try:
+        return stack.enter_context(open(path, "w", encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc}") from None

@@ -1,0 +1,8 @@
+"""The discrete-event simulator behind ``queuemgr simulate``.
+
+It builds core objects from a scenario (``scenario``) and a trace (``trace``),
+replays them through ``queuemgr.core``'s scheduler in virtual time
+(``engine``), checks the result independently (``invariants``) and reports it
+(``report``). It must never hold scheduling logic of its own, and the core
+must never import it.
+"""

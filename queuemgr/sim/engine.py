@@ -1,0 +1,221 @@
+"""The discrete-event simulator: virtual time, the core cache, and nothing else.
+
+Why it exists: to replay scenarios and traces through the very scheduler the
+service runs. The engine advances a virtual clock, feeds arrivals and
+finishes into a ``queuemgr.core`` :class:`Cache`, calls
+``schedule(cache.snapshot(), now)`` and applies the decisions verbatim.
+
+What must stay true:
+
+- the engine decides nothing: who is admitted, where and with which flavor
+  comes only from ``Decisions``; the engine only knows how long a job runs;
+- at one timestamp, finishes are applied first, then arrivals, then exactly
+  one scheduling cycle (skipped only when nothing is pending, when it could
+  admit nothing);
+- every workload ends in exactly one bucket: finished, running, pending or
+  not yet submitted (``--until``); none is dropped;
+- per-workload bookkeeping is O(1) (dicts keyed by workload id, a heap of
+  finish times, a sorted arrival list walked by an index).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from queuemgr.core.cache import Cache
+from queuemgr.core.cycle import schedule
+from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
+from queuemgr.core.snapshot import Config
+from queuemgr.sim.invariants import InvariantChecker
+from queuemgr.sim.scenario import SimWorkload
+from queuemgr.sim.yamlcheck import InputError
+
+Event = dict[str, object]
+Emit = Callable[[Event], None]
+
+# Scenarios below this size get the invariant check after every cycle; larger
+# ones every CHECK_EVERY cycles (and always at the end), to keep replay fast.
+FULL_CHECK_BELOW = 5000
+CHECK_EVERY = 200
+
+
+@dataclass(kw_only=True, slots=True)
+class QueueStats:
+    admitted: int = 0
+    waits: list[float] = field(default_factory=list)
+    gpu_seconds: float = 0.0
+    borrowed_gpu_seconds: float = 0.0
+
+
+@dataclass(kw_only=True)
+class SimResult:
+    """What a run produced; ``report`` turns it into the summary."""
+
+    workloads: int
+    admitted: int = 0
+    finished: int = 0
+    inadmissible: int = 0
+    evictions: int = 0
+    pending_at_end: int = 0
+    running_at_end: int = 0
+    not_submitted: int = 0
+    cycles: int = 0
+    first_submit: float | None = None
+    last_finish: float | None = None
+    end_time: float = 0.0
+    queues: dict[ClusterQueueName, QueueStats] = field(default_factory=dict)
+    invariant_checks: int = 0
+    invariant_violations: list[str] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Running:
+    admitted: AdmittedWorkload
+    gpus: int
+    limited: bool  # stopped by max_runtime rather than finishing by itself
+
+
+class Engine:
+    def __init__(
+        self,
+        config: Config,
+        workloads: Sequence[SimWorkload],
+        *,
+        emit: Emit | None = None,
+        check_every: int | None = None,
+    ) -> None:
+        self.config = config
+        self.cache = Cache(config)
+        self.emit = emit
+        self.checker = InvariantChecker(config)
+        ids: set[WorkloadId] = set()
+        for sw in workloads:
+            if sw.workload.id in ids:
+                raise InputError(f"workload {sw.workload.id} is defined twice")
+            ids.add(sw.workload.id)
+        self._arrivals = sorted(workloads, key=lambda s: (s.workload.created_at, s.workload.id))
+        # Run time once admitted, and whether max_runtime cut it short.
+        self._runtime: dict[WorkloadId, tuple[float, bool]] = {}
+        self._route: dict[WorkloadId, ClusterQueueName | None] = {}  # while pending
+        self._running: dict[WorkloadId, _Running] = {}
+        self._finishes: list[tuple[float, WorkloadId]] = []
+        self._reported: set[WorkloadId] = set()  # inadmissible events already emitted
+        if check_every is None:
+            check_every = 1 if len(workloads) < FULL_CHECK_BELOW else CHECK_EVERY
+        self.check_every = check_every
+        self.result = SimResult(
+            workloads=len(workloads),
+            queues={name: QueueStats() for name in sorted(config.cluster_queues)},
+        )
+
+    def run(self, until: float | None = None) -> SimResult:
+        started = time.perf_counter()
+        res = self.result
+        arrivals, finishes = self._arrivals, self._finishes
+        i = 0
+        while i < len(arrivals) or finishes:
+            now = min(
+                finishes[0][0] if finishes else float("inf"),
+                arrivals[i].workload.created_at if i < len(arrivals) else float("inf"),
+            )
+            if until is not None and now > until:
+                break
+            res.end_time = now
+            while finishes and finishes[0][0] == now:
+                self._finish(now, heapq.heappop(finishes)[1])
+            while i < len(arrivals) and arrivals[i].workload.created_at == now:
+                self._submit(now, arrivals[i])
+                i += 1
+            if next(iter(self.cache.pending()), None) is not None:
+                self._cycle(now)
+        else:
+            until = None  # ran out of events before the limit
+        if until is not None:
+            res.end_time = until
+        res.not_submitted = len(arrivals) - i
+        res.running_at_end = len(self._running)
+        res.pending_at_end = sum(1 for _ in self.cache.pending())
+        self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
+        res.invariant_checks = self.checker.checks
+        res.invariant_violations = self.checker.violations
+        res.wall_time_s = time.perf_counter() - started
+        return res
+
+    def _submit(self, now: float, sw: SimWorkload) -> None:
+        w = sw.workload
+        self.cache.add_pending(w)
+        # A declared max_runtime stops the job at that limit, as a deadline would.
+        if w.max_runtime is not None and sw.runtime > w.max_runtime:
+            self._runtime[w.id] = (w.max_runtime, True)
+        else:
+            self._runtime[w.id] = (sw.runtime, False)
+        res = self.result
+        if res.first_submit is None:
+            res.first_submit = now
+        cq = self.config.route(w)
+        self._route[w.id] = cq if cq in self.config.cluster_queues else None
+        if self.emit is not None:
+            self.emit(self._event(now, "submitted", w.id, self._route[w.id]))
+
+    def _cycle(self, now: float) -> None:
+        res = self.result
+        decisions = schedule(self.cache.snapshot(), now)
+        res.cycles += 1
+        for a in decisions.admitted:
+            self.cache.admit(a)
+            self.checker.check_admission(a)
+            wid, adm = a.workload.id, a.admission
+            runtime, limited = self._runtime.pop(wid)
+            del self._route[wid]
+            self._running[wid] = _Running(admitted=a, gpus=a.workload.gpus, limited=limited)
+            heapq.heappush(self._finishes, (now + runtime, wid))
+            res.admitted += 1
+            stats = res.queues[adm.cluster_queue]
+            stats.admitted += 1
+            stats.waits.append(now - a.workload.created_at)
+            if self.emit is not None:
+                event = self._event(now, "admitted", wid, adm.cluster_queue)
+                event["flavor"] = adm.flavor
+                event["placement"] = dict(sorted(adm.pods_per_node.items()))
+                event["borrowing"] = adm.borrowing
+                self.emit(event)
+        # ``decisions.inadmissible`` lists them without making the core build
+        # every pending status (positions cost O(pending) per cycle).
+        for wid in decisions.inadmissible:
+            if wid in self._reported:
+                continue
+            self._reported.add(wid)
+            res.inadmissible += 1
+            if self.emit is not None:
+                verdict = decisions.pending.verdict(wid)
+                event = self._event(now, "inadmissible", wid, self._route[wid])
+                event["reason"] = None if verdict is None else verdict.message
+                self.emit(event)
+        if res.cycles % self.check_every == 0:
+            self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
+
+    def _finish(self, now: float, wid: WorkloadId) -> None:
+        run = self._running.pop(wid)
+        self.cache.remove_admitted(wid)
+        self.checker.forget(wid)
+        a = run.admitted
+        res = self.result
+        res.finished += 1
+        res.last_finish = now
+        stats = res.queues[a.admission.cluster_queue]
+        gpu_s = run.gpus * (now - a.admitted_at)
+        stats.gpu_seconds += gpu_s
+        if a.admission.borrowing:
+            stats.borrowed_gpu_seconds += gpu_s
+        if self.emit is not None:
+            event = self._event(now, "finished", wid, a.admission.cluster_queue)
+            event["reason"] = "MaxRuntimeExceeded" if run.limited else None
+            self.emit(event)
+
+    @staticmethod
+    def _event(t: float, kind: str, wid: WorkloadId, cq: ClusterQueueName | None) -> Event:
+        return {"t": t, "event": kind, "workload": wid, "cluster_queue": cq, "reason": None}

@@ -1,0 +1,199 @@
+"""An independent check that the scheduler's admissions respect capacity and quota.
+
+Why it exists: the simulator is how the scheduler is trusted at scale, so it
+must not take the scheduler's word for it. This checker recomputes, from the
+admitted set alone and with its own arithmetic (none of ``quota`` or
+``placement``), what the cluster holds, and compares that with the limits
+and with the cache's incremental state.
+
+What must stay true: the checker only reads; it never changes what the
+engine does, and a violation is counted, never repaired. Rules checked:
+
+- per admission: the workload went to its LocalQueue's ClusterQueue, which
+  admits its namespace; every pod set is placed exactly ``count`` times (the gang is
+  whole), on schedulable nodes of the admitted flavor that match the pod
+  set's node selector and whose hard taints, and the flavor's, it tolerates;
+- per node: the admitted pods' requests never exceed its allocatable, and
+  the cache's free vector equals allocatable minus those requests;
+- per ClusterQueue and flavor: usage equals the cache's; without a cohort it
+  stays within nominal; with a borrowing limit, within nominal + limit; a
+  resource without nominal quota is never used;
+- per cohort: pool use ``sum max(0, usage - guaranteed)`` stays within the
+  pool ``sum (nominal - guaranteed)``, where ``guaranteed`` is
+  ``nominal - lending_limit`` if a lending limit is set, else 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from queuemgr.core.model import (
+    AdmittedWorkload,
+    ClusterQueueName,
+    CohortName,
+    FlavorName,
+    NodeName,
+    WorkloadId,
+    tolerated,
+)
+from queuemgr.core.resources import ResourceName
+from queuemgr.core.snapshot import Config, Snapshot
+
+_Vec = dict[ResourceName, int]
+_Usage = Mapping[tuple[ClusterQueueName, FlavorName], _Vec]
+_PoolKey = tuple[CohortName, FlavorName, ResourceName]
+_Items = tuple[tuple[ResourceName, int], ...]
+_NodeItems = tuple[tuple[tuple[NodeName, ResourceName], int], ...]
+
+
+class InvariantChecker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.violations: list[str] = []
+        self.checks = 0
+        self._contrib: dict[WorkloadId, tuple[AdmittedWorkload, _NodeItems, _Items]] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.violations)
+
+    def _fail(self, message: str) -> None:
+        self.violations.append(message)
+
+    def check_admission(self, a: AdmittedWorkload) -> None:
+        """The gang is whole and every pod sits on a node it may use."""
+        cfg = self.config
+        wid, flavor_name = a.workload.id, a.admission.flavor
+        flavor = cfg.flavors.get(flavor_name)
+        cq = cfg.cluster_queues.get(a.admission.cluster_queue)
+        if cq is None or cfg.route(a.workload) != cq.name:
+            self._fail(f"{wid}: admitted to {a.admission.cluster_queue}, not its LocalQueue's")
+        elif not cq.admits_namespace(a.workload.namespace):
+            self._fail(f"{wid}: namespace may not use ClusterQueue {cq.name}")
+        placed: dict[str, int] = {}
+        pod_sets = {ps.name: ps for ps in a.workload.pod_sets}
+        for p in a.admission.placements:
+            ps = pod_sets.get(p.pod_set)
+            node = cfg.nodes.get(p.node)
+            if ps is None or node is None or flavor is None or p.count <= 0:
+                self._fail(f"{wid}: placement {p} names an unknown pod set, node or flavor")
+                continue
+            placed[ps.name] = placed.get(ps.name, 0) + p.count
+            if not node.schedulable or not flavor.selects(node.labels):
+                self._fail(f"{wid}: node {p.node} is unschedulable or not of flavor {flavor_name}")
+            if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
+                self._fail(f"{wid}: node {p.node} does not match pod set {ps.name}'s selector")
+            # A flavor's taints hold on all its nodes (Kueue's nodeTaints).
+            if not tolerated(node.taints + flavor.taints, ps.tolerations):
+                self._fail(f"{wid}: pod set {ps.name} does not tolerate node {p.node}'s taints")
+        for ps in a.workload.pod_sets:
+            if placed.get(ps.name, 0) != ps.count:
+                self._fail(
+                    f"{wid}: pod set {ps.name} placed {placed.get(ps.name, 0)} of {ps.count} pods"
+                )
+
+    def check_state(self, admitted: Iterable[AdmittedWorkload], snapshot: Snapshot) -> None:
+        """Recompute node and quota use from ``admitted``; compare with limits and cache."""
+        self.checks += 1
+        node_used: dict[tuple[NodeName, ResourceName], int] = {}
+        usage: dict[tuple[ClusterQueueName, FlavorName], _Vec] = {}
+        for a in admitted:
+            per_node, total = self._contribution(a)
+            for key, v in per_node:
+                node_used[key] = node_used.get(key, 0) + v
+            q = usage.setdefault((a.admission.cluster_queue, a.admission.flavor), {})
+            for r, v in total:
+                q[r] = q.get(r, 0) + v
+        self._check_nodes(node_used, snapshot)
+        self._check_quota(usage, snapshot)
+
+    def forget(self, wid: WorkloadId) -> None:
+        """Drop the memo of a workload that is no longer admitted."""
+        self._contrib.pop(wid, None)
+
+    def _contribution(self, a: AdmittedWorkload) -> tuple[_NodeItems, _Items]:
+        # What one admission holds, per (node, resource) and in total, as flat
+        # tuples: an admission never changes, so this is computed once for it.
+        hit = self._contrib.get(a.workload.id)
+        if hit is not None and hit[0] is a:
+            return hit[1], hit[2]
+        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        per_node: dict[tuple[NodeName, ResourceName], int] = {}
+        total: _Vec = {}
+        for p in a.admission.placements:
+            for r, v in per_pod.get(p.pod_set, {}).items():
+                per_node[(p.node, r)] = per_node.get((p.node, r), 0) + v * p.count
+                total[r] = total.get(r, 0) + v * p.count
+        entry = (a, tuple(per_node.items()), tuple(total.items()))
+        self._contrib[a.workload.id] = entry
+        return entry[1], entry[2]
+
+    def _check_nodes(
+        self, node_used: Mapping[tuple[NodeName, ResourceName], int], snapshot: Snapshot
+    ) -> None:
+        nodes = self.config.nodes
+        for (name, r), v in node_used.items():
+            node = nodes.get(name)
+            if node is None:
+                self._fail(f"node {name}: pods placed on a node that does not exist")
+                continue
+            free = node.allocatable.get(r, 0) - v
+            if free < 0:
+                self._fail(f"node {name}: {r} over-committed by {-free}")
+            if snapshot.node_free.get(name, {}).get(r, 0) != free:
+                self._fail(f"node {name}: cache's free {r} differs from a recount")
+        for name, node in nodes.items():
+            cached = snapshot.node_free.get(name, {})
+            for r in {*cached, *node.allocatable}:
+                if (name, r) in node_used:
+                    continue
+                if cached.get(r, 0) != node.allocatable.get(r, 0):
+                    self._fail(f"node {name}: cache's free {r} differs from a recount")
+
+    def _check_quota(self, usage: _Usage, snapshot: Snapshot) -> None:
+        pool: dict[_PoolKey, int] = {}
+        pool_used: dict[_PoolKey, int] = {}
+        for cq_name, per_flavor in snapshot.usage.items():
+            for flavor, cached in per_flavor.items():
+                if _differs(cached, usage.get((cq_name, flavor), {})):
+                    self._fail(f"{cq_name}/{flavor}: cache's usage differs from a recount")
+        for (cq_name, flavor), vec in usage.items():
+            if _differs(snapshot.usage.get(cq_name, {}).get(flavor, {}), vec):
+                self._fail(f"{cq_name}/{flavor}: cache's usage differs from a recount")
+        for cq in self.config.cluster_queues.values():
+            for fq in cq.flavors:
+                used = usage.get((cq.name, fq.flavor), {})
+                where = f"ClusterQueue {cq.name} flavor {fq.flavor}"
+                for r, v in used.items():
+                    if v > 0 and r not in fq.nominal:
+                        self._fail(f"{where}: uses {v} {r} without nominal quota")
+                for r, nominal in fq.nominal.items():
+                    v = used.get(r, 0)
+                    if cq.cohort is None and v > nominal:
+                        self._fail(f"{where}: {r} {v} exceeds nominal {nominal} (no cohort)")
+                    limit = fq.borrowing_limit.get(r)
+                    if limit is not None and v > nominal + limit:
+                        self._fail(f"{where}: {r} {v} exceeds nominal + borrowing limit")
+                    if cq.cohort is None:
+                        continue
+                    lend = fq.lending_limit.get(r)
+                    guaranteed = 0 if lend is None else max(0, nominal - lend)
+                    key = (cq.cohort, fq.flavor, r)
+                    pool[key] = pool.get(key, 0) + nominal - guaranteed
+                    pool_used[key] = pool_used.get(key, 0) + max(0, v - guaranteed)
+        for (cq_name, flavor), vec in usage.items():
+            owner = self.config.cluster_queues.get(cq_name)
+            if (owner is None or owner.quota(flavor) is None) and any(vec.values()):
+                self._fail(f"ClusterQueue {cq_name}: uses flavor {flavor} it has no quota on")
+        for key, used_amount in pool_used.items():
+            if used_amount > pool[key]:
+                cohort, flavor, r = key
+                self._fail(
+                    f"cohort {cohort} flavor {flavor}: pool use {used_amount} {r} "
+                    f"exceeds the pool {pool[key]}"
+                )
+
+
+def _differs(a: Mapping[ResourceName, int], b: Mapping[ResourceName, int]) -> bool:
+    """Vectors differ in some amount (an absent resource counts as zero)."""
+    return any(a.get(r, 0) != b.get(r, 0) for r in {*a, *b})

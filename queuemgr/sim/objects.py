@@ -1,0 +1,152 @@
+"""Readers for the nested objects of a scenario: taints, pod sets, quotas, policies.
+
+Why it exists: taints, tolerations, resource vectors and pod sets appear in
+flavors, nodes and workloads alike; reading them in one place keeps their
+validation (and its error paths) identical wherever they occur. Flavor quotas
+and preemption policies live here too, to keep ``scenario`` about the
+top-level sections and their cross-references.
+
+What must stay true: each reader returns a ``queuemgr.core`` value object or
+raises a :class:`ScenarioError` whose message starts with the YAML path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from queuemgr.core.model import (
+    FlavorName,
+    FlavorQuota,
+    PodSet,
+    PreemptionPolicy,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    Taint,
+    TaintEffect,
+    Toleration,
+    WithinClusterQueue,
+)
+from queuemgr.core.resources import QuantityError, ResourceName, parse_resources
+from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.yamlcheck import ScenarioError, at
+
+
+def resources(raw: object, path: str) -> dict[ResourceName, int]:
+    """A resource vector; the core's error already starts with ``path.resource``."""
+    try:
+        return parse_resources(raw, field=path)
+    except QuantityError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def parse_taints(raw: object, path: str) -> tuple[Taint, ...]:
+    out: list[Taint] = []
+    for i, item in enumerate(y.sequence(raw, path)):
+        p = at(path, i)
+        m = y.mapping(item, p, required=("key",), optional=("value", "effect"))
+        out.append(
+            Taint(
+                key=y.string(m["key"], at(p, "key")),
+                value=_plain(m.get("value", ""), at(p, "value")),
+                effect=y.choice(TaintEffect, m.get("effect", "NoSchedule"), at(p, "effect")),
+            )
+        )
+    return tuple(out)
+
+
+def parse_tolerations(raw: object, path: str) -> tuple[Toleration, ...]:
+    out: list[Toleration] = []
+    for i, item in enumerate(y.sequence(raw, path)):
+        p = at(path, i)
+        m = y.mapping(item, p, optional=("key", "operator", "value", "effect"))
+        operator = m.get("operator", "Equal")
+        if operator not in ("Equal", "Exists"):
+            raise ScenarioError(f"{at(p, 'operator')}: expected Equal or Exists, got {operator!r}")
+        key = _plain(m.get("key", ""), at(p, "key"))
+        if operator == "Equal" and not key:
+            raise ScenarioError(f"{at(p, 'key')}: operator Equal needs a key")
+        value = _plain(m.get("value", ""), at(p, "value"))
+        if operator == "Exists" and value:
+            raise ScenarioError(f"{at(p, 'value')}: operator Exists takes no value")
+        effect = None
+        if m.get("effect") is not None:
+            effect = y.choice(TaintEffect, m["effect"], at(p, "effect"))
+        out.append(Toleration(key=key, operator=operator, value=value, effect=effect))
+    return tuple(out)
+
+
+def parse_pod_set(raw: object, path: str) -> PodSet:
+    m = y.mapping(
+        raw,
+        path,
+        required=("name", "count", "requests"),
+        optional=("node_selector", "tolerations"),
+    )
+    return PodSet(
+        name=y.name(m["name"], at(path, "name")),
+        count=y.integer(m["count"], at(path, "count"), minimum=1),
+        requests=resources(m["requests"], at(path, "requests")),
+        node_selector=y.string_map(m.get("node_selector", {}), at(path, "node_selector")),
+        tolerations=parse_tolerations(m.get("tolerations", []), at(path, "tolerations")),
+    )
+
+
+def _plain(raw: object, path: str) -> str:
+    # Taint and toleration values may be empty strings, unlike names.
+    if not isinstance(raw, str):
+        raise ScenarioError(f"{path}: expected a string, got {raw!r}")
+    return raw
+
+
+def parse_preemption(raw: object, path: str) -> PreemptionPolicy:
+    m = y.mapping(raw, path, optional=("within_cluster_queue", "reclaim_within_cohort"))
+    return PreemptionPolicy(
+        within_cluster_queue=y.choice(
+            WithinClusterQueue,
+            m.get("within_cluster_queue", "Never"),
+            at(path, "within_cluster_queue"),
+        ),
+        reclaim_within_cohort=y.choice(
+            ReclaimWithinCohort,
+            m.get("reclaim_within_cohort", "Never"),
+            at(path, "reclaim_within_cohort"),
+        ),
+    )
+
+
+def parse_quotas(
+    raw: object, path: str, flavors: Mapping[FlavorName, ResourceFlavor], cohort: str | None
+) -> tuple[FlavorQuota, ...]:
+    out: list[FlavorQuota] = []
+    seen: dict[str, str] = {}
+    for j, item in enumerate(y.sequence(raw, path)):
+        p = at(path, j)
+        m = y.mapping(
+            item, p, required=("flavor", "nominal"), optional=("borrowing_limit", "lending_limit")
+        )
+        fname = FlavorName(y.name(m["flavor"], at(p, "flavor")))
+        if fname not in flavors:
+            raise ScenarioError(f"{at(p, 'flavor')}: unknown flavor {fname!r}")
+        y.unique(seen, fname, p, "flavor quota")
+        nominal = resources(m["nominal"], at(p, "nominal"))
+        limits: dict[str, dict[ResourceName, int]] = {}
+        for key in ("borrowing_limit", "lending_limit"):
+            if key not in m:
+                continue
+            if cohort is None:
+                raise ScenarioError(f"{at(p, key)}: only a queue in a cohort can have a {key}")
+            limits[key] = resources(m[key], at(p, key))
+            for r, v in limits[key].items():
+                if r not in nominal:
+                    raise ScenarioError(f"{at(at(p, key), r)}: {r} has no nominal quota here")
+                if key == "lending_limit" and v > nominal[r]:
+                    raise ScenarioError(f"{at(at(p, key), r)}: lending limit exceeds nominal")
+        out.append(
+            FlavorQuota(
+                flavor=fname,
+                nominal=nominal,
+                borrowing_limit=limits.get("borrowing_limit", {}),
+                lending_limit=limits.get("lending_limit", {}),
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,292 @@
+"""Load a scenario YAML file into core objects, rejecting anything doubtful.
+
+Why it exists: the simulator must run exactly the cluster the user described.
+Unknown fields, wrong types, dangling references, duplicate names, bad
+quantities and negative numbers are errors (never defaults), and each error
+names the YAML path of the offending value (see ``yamlcheck``).
+
+What must stay true: the result is built only from ``queuemgr.core`` value
+objects plus each workload's simulated ``runtime``; nothing here decides
+anything about scheduling. The format is documented in ``docs/simulate.md``;
+change both together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from queuemgr.core.model import (
+    ClusterQueue,
+    ClusterQueueName,
+    Cohort,
+    CohortName,
+    FlavorName,
+    LocalQueue,
+    Node,
+    NodeName,
+    QueueingStrategy,
+    ResourceFlavor,
+    Workload,
+)
+from queuemgr.core.snapshot import Config
+from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.objects import (
+    parse_pod_set,
+    parse_preemption,
+    parse_quotas,
+    parse_taints,
+    resources,
+)
+from queuemgr.sim.yamlcheck import ScenarioError, at
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimWorkload:
+    """A workload plus what only a simulation knows: how long it runs once admitted."""
+
+    workload: Workload
+    runtime: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    config: Config
+    workloads: tuple[SimWorkload, ...]
+    # Knobs for a later scheduler issue; accepted and kept, not interpreted yet.
+    scheduler: Mapping[str, object] = field(default_factory=dict)
+
+
+_TOP = ("flavors", "nodes", "cohorts", "cluster_queues", "local_queues", "workloads", "scheduler")
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; every problem is a :class:`ScenarioError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read scenario: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"not valid YAML: {exc}") from None
+    return parse_scenario(raw)
+
+
+def parse_scenario(raw: object) -> Scenario:
+    top = y.mapping(raw, "", required=("flavors", "nodes", "cluster_queues"), optional=_TOP)
+    flavors = _flavors(top["flavors"])
+    nodes = _nodes(top["nodes"], flavors)
+    cohorts = _cohorts(top.get("cohorts", []))
+    cqs = _cluster_queues(top["cluster_queues"], flavors, cohorts)
+    lqs = _local_queues(top.get("local_queues", []), cqs)
+    workloads = _workloads(top.get("workloads", []), lqs)
+    scheduler = top.get("scheduler", {})
+    if scheduler is None:
+        scheduler = {}
+    if not isinstance(scheduler, Mapping):
+        raise ScenarioError("scheduler: expected a mapping of knobs")
+    config = Config.of(
+        flavors=flavors.values(),
+        cohorts=cohorts,
+        cluster_queues=cqs.values(),
+        local_queues=lqs.values(),
+        nodes=nodes,
+    )
+    return Scenario(config=config, workloads=tuple(workloads), scheduler=dict(scheduler))
+
+
+def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:
+    out: dict[FlavorName, ResourceFlavor] = {}
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw, "flavors")):
+        p = at("flavors", i)
+        m = y.mapping(item, p, required=("name",), optional=("node_labels", "taints"))
+        fname = FlavorName(y.name(m["name"], at(p, "name")))
+        y.unique(seen, fname, p, "flavor")
+        out[fname] = ResourceFlavor(
+            name=fname,
+            node_labels=y.string_map(m.get("node_labels", {}), at(p, "node_labels")),
+            taints=parse_taints(m.get("taints", []), at(p, "taints")),
+        )
+    return out
+
+
+def _nodes(raw: object, flavors: Mapping[FlavorName, ResourceFlavor]) -> list[Node]:
+    out: list[Node] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw, "nodes")):
+        p = at("nodes", i)
+        m = y.mapping(
+            item,
+            p,
+            required=("name", "allocatable"),
+            optional=("count", "flavor", "labels", "taints", "schedulable"),
+        )
+        base = y.name(m["name"], at(p, "name"))
+        count = y.integer(m.get("count", 1), at(p, "count"), minimum=1)
+        labels = y.string_map(m.get("labels", {}), at(p, "labels"))
+        if "flavor" in m:
+            fname = y.name(m["flavor"], at(p, "flavor"))
+            flavor = flavors.get(FlavorName(fname))
+            if flavor is None:
+                raise ScenarioError(f"{at(p, 'flavor')}: unknown flavor {fname!r}")
+            for k, v in flavor.node_labels.items():
+                if labels.get(k, v) != v:
+                    raise ScenarioError(
+                        f"{at(at(p, 'labels'), k)}: {labels[k]!r} conflicts with flavor "
+                        f"{fname!r}'s node_labels ({k}: {v!r})"
+                    )
+            labels = {**labels, **flavor.node_labels}
+            _check_selected_by(flavors, fname, labels, p)
+        allocatable = resources(m["allocatable"], at(p, "allocatable"))
+        taints = parse_taints(m.get("taints", []), at(p, "taints"))
+        schedulable = y.boolean(m.get("schedulable", True), at(p, "schedulable"))
+        names = [base] if count == 1 else [f"{base}-{k}" for k in range(count)]
+        for node_name in names:
+            y.unique(seen, node_name, p, "node")
+            out.append(
+                Node(
+                    name=NodeName(node_name),
+                    labels=labels,
+                    allocatable=allocatable,
+                    taints=taints,
+                    schedulable=schedulable,
+                )
+            )
+    return out
+
+
+def _check_selected_by(
+    flavors: Mapping[FlavorName, ResourceFlavor], declared: str, labels: dict[str, str], p: str
+) -> None:
+    # The scheduler files a node under the first flavor (by name) whose labels it
+    # carries; if that is not the declared one, the node would silently change flavor.
+    first = next((f for f in sorted(flavors) if flavors[f].selects(labels)), None)
+    if first != declared:
+        raise ScenarioError(
+            f"{at(p, 'flavor')}: the node's labels also select flavor {first!r}, which the "
+            f"scheduler takes first; give the flavors distinguishing node_labels"
+        )
+
+
+def _cohorts(raw: object) -> list[Cohort]:
+    out: list[Cohort] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw, "cohorts")):
+        p = at("cohorts", i)
+        m = y.mapping(item, p, required=("name",))
+        cname = y.name(m["name"], at(p, "name"))
+        y.unique(seen, cname, p, "cohort")
+        out.append(Cohort(name=CohortName(cname)))
+    return out
+
+
+def _cluster_queues(
+    raw: object, flavors: Mapping[FlavorName, ResourceFlavor], cohorts: list[Cohort]
+) -> dict[ClusterQueueName, ClusterQueue]:
+    out: dict[ClusterQueueName, ClusterQueue] = {}
+    seen: dict[str, str] = {}
+    cohort_names = {c.name for c in cohorts}
+    optional = ("cohort", "weight", "queueing_strategy", "namespaces", "preemption")
+    for i, item in enumerate(y.sequence(raw, "cluster_queues")):
+        p = at("cluster_queues", i)
+        m = y.mapping(item, p, required=("name", "resources"), optional=optional)
+        qname = ClusterQueueName(y.name(m["name"], at(p, "name")))
+        y.unique(seen, qname, p, "cluster queue")
+        cohort: CohortName | None = None
+        if m.get("cohort") is not None:
+            cohort = CohortName(y.name(m["cohort"], at(p, "cohort")))
+            if cohort not in cohort_names:
+                raise ScenarioError(f"{at(p, 'cohort')}: cohort {cohort!r} is not declared")
+        namespaces: frozenset[str] | None = None
+        if m.get("namespaces") is not None:
+            ns_path = at(p, "namespaces")
+            items = y.sequence(m["namespaces"], ns_path)
+            namespaces = frozenset(y.name(v, at(ns_path, j)) for j, v in enumerate(items))
+        out[qname] = ClusterQueue(
+            name=qname,
+            flavors=parse_quotas(m["resources"], at(p, "resources"), flavors, cohort),
+            cohort=cohort,
+            weight=y.fraction(m.get("weight", 1), at(p, "weight")),
+            queueing_strategy=y.choice(
+                QueueingStrategy,
+                m.get("queueing_strategy", "BestEffortFIFO"),
+                at(p, "queueing_strategy"),
+            ),
+            namespaces=namespaces,
+            preemption=parse_preemption(m.get("preemption", {}), at(p, "preemption")),
+        )
+    return out
+
+
+def _local_queues(
+    raw: object, cqs: Mapping[ClusterQueueName, ClusterQueue]
+) -> dict[tuple[str, str], LocalQueue]:
+    out: dict[tuple[str, str], LocalQueue] = {}
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw, "local_queues")):
+        p = at("local_queues", i)
+        m = y.mapping(item, p, required=("namespace", "name", "cluster_queue"))
+        ns = y.name(m["namespace"], at(p, "namespace"))
+        lname = y.name(m["name"], at(p, "name"))
+        y.unique(seen, f"{ns}/{lname}", p, "local queue")
+        cq = ClusterQueueName(y.name(m["cluster_queue"], at(p, "cluster_queue")))
+        if cq not in cqs:
+            raise ScenarioError(f"{at(p, 'cluster_queue')}: unknown cluster queue {cq!r}")
+        out[(ns, lname)] = LocalQueue(namespace=ns, name=lname, cluster_queue=cq)
+    return out
+
+
+def _workloads(raw: object, lqs: Mapping[tuple[str, str], LocalQueue]) -> list[SimWorkload]:
+    out: list[SimWorkload] = []
+    seen: dict[str, str] = {}
+    optional = ("submit_at", "max_runtime", "priority", "count", "submit_every")
+    for i, item in enumerate(y.sequence(raw, "workloads")):
+        p = at("workloads", i)
+        m = y.mapping(
+            item,
+            p,
+            required=("name", "namespace", "queue", "runtime", "pod_sets"),
+            optional=optional,
+        )
+        ns = y.name(m["namespace"], at(p, "namespace"))
+        wname = y.name(m["name"], at(p, "name"))
+        # count > 1 stands for NAME-0 .. NAME-(count-1), submitted submit_every apart.
+        count = y.integer(m.get("count", 1), at(p, "count"), minimum=1)
+        every = y.number(m.get("submit_every", 0), at(p, "submit_every"))
+        wnames = [wname] if count == 1 else [f"{wname}-{k}" for k in range(count)]
+        for one in wnames:
+            y.unique(seen, f"{ns}/{one}", p, "workload")
+        queue = y.name(m["queue"], at(p, "queue"))
+        if (ns, queue) not in lqs:
+            raise ScenarioError(f"{at(p, 'queue')}: no local queue {queue!r} in namespace {ns!r}")
+        ps_path = at(p, "pod_sets")
+        items = y.sequence(m["pod_sets"], ps_path)
+        if not items:
+            raise ScenarioError(f"{ps_path}: a workload needs at least one pod set")
+        pod_sets = tuple(parse_pod_set(v, at(ps_path, j)) for j, v in enumerate(items))
+        names: dict[str, str] = {}
+        for j, ps in enumerate(pod_sets):
+            y.unique(names, ps.name, at(ps_path, j), "pod set")
+        max_runtime = None
+        if m.get("max_runtime") is not None:
+            max_runtime = y.number(m["max_runtime"], at(p, "max_runtime"), positive=True)
+        priority = y.integer(m.get("priority", 0), at(p, "priority"))
+        submit_at = y.number(m.get("submit_at", 0), at(p, "submit_at"))
+        runtime = y.number(m["runtime"], at(p, "runtime"))
+        for k, one in enumerate(wnames):
+            workload = Workload(
+                namespace=ns,
+                name=one,
+                queue=queue,
+                pod_sets=pod_sets,
+                priority=priority,
+                created_at=submit_at + k * every,
+                max_runtime=max_runtime,
+            )
+            out.append(SimWorkload(workload=workload, runtime=runtime))
+    return out

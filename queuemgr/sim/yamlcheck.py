@@ -1,0 +1,165 @@
+"""Strict readers for hand-written input: every error names the exact YAML path.
+
+Why it exists: a scenario is typed by people, and a typo that is silently
+ignored (``borowing_limit``) produces a simulation of something else. Each
+reader here checks one value and, on failure, raises an :class:`InputError`
+whose message starts with the path to the value, e.g.
+``cluster_queues[2].resources[0].nominal.cpu: bad quantity '12x'``.
+
+What must stay true: no reader accepts a field it was not told about, no
+reader coerces a wrong type (``True`` is not a number, ``"3"`` is not a
+count), and every message starts with ``path: ``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from enum import Enum
+from fractions import Fraction
+from typing import TypeVar
+
+E = TypeVar("E", bound=Enum)
+
+
+class InputError(ValueError):
+    """Bad user input (scenario, trace or options): the CLI exits 2 with the message."""
+
+
+class ScenarioError(InputError):
+    """A scenario that cannot be simulated; the message starts with the YAML path."""
+
+
+def at(path: str, key: str | int) -> str:
+    """The path of a child value: ``at("nodes", 0)`` -> ``nodes[0]``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def mapping(
+    raw: object, path: str, *, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """A mapping with exactly the allowed keys (all of ``required``, some of ``optional``)."""
+    where = path or "scenario"
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(f"{where}: expected a mapping, got {_kind(raw)}")
+    allowed = set(required) | set(optional)
+    for key in raw:
+        if not isinstance(key, str):
+            raise ScenarioError(f"{where}: field names must be strings, got {key!r}")
+        if key not in allowed:
+            expected = ", ".join(sorted(allowed))
+            raise ScenarioError(f"{at(path, key)}: unknown field (expected one of: {expected})")
+    for key in required:
+        if key not in raw:
+            raise ScenarioError(f"{at(path, key)}: required field is missing")
+    return dict(raw)
+
+
+def sequence(raw: object, path: str) -> list[object]:
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{path}: expected a list, got {_kind(raw)}")
+    return raw
+
+
+def string(raw: object, path: str) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise ScenarioError(f"{path}: expected a non-empty string, got {_kind(raw)}")
+    return raw
+
+
+def name(raw: object, path: str) -> str:
+    """An object name: non-empty, and free of ``/`` (ids are ``namespace/name``)."""
+    text = string(raw, path)
+    if "/" in text or text.strip() != text:
+        raise ScenarioError(f"{path}: bad name {text!r} (no '/' or surrounding spaces)")
+    return text
+
+
+def number(raw: object, path: str, *, positive: bool = False) -> float:
+    """A finite, non-negative number (strictly positive with ``positive``)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ScenarioError(f"{path}: expected a number, got {_kind(raw)}")
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ScenarioError(f"{path}: expected a finite number, got {raw!r}")
+    if value < 0 or (positive and value == 0):
+        sign = "positive" if positive else "non-negative"
+        raise ScenarioError(f"{path}: expected a {sign} number, got {raw!r}")
+    return value
+
+
+def integer(raw: object, path: str, *, minimum: int | None = None) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ScenarioError(f"{path}: expected an integer, got {_kind(raw)}")
+    if minimum is not None and raw < minimum:
+        raise ScenarioError(f"{path}: expected an integer >= {minimum}, got {raw}")
+    return raw
+
+
+def fraction(raw: object, path: str) -> Fraction:
+    """A non-negative exact number: ``0.5`` (as written), ``1``, or ``"1/3"``."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ScenarioError(f"{path}: expected a number, got {_kind(raw)}")
+    try:
+        value = Fraction(str(raw))
+    except (ValueError, ZeroDivisionError):
+        raise ScenarioError(f"{path}: expected a number, got {raw!r}") from None
+    if value < 0:
+        raise ScenarioError(f"{path}: expected a non-negative number, got {raw!r}")
+    return value
+
+
+def boolean(raw: object, path: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ScenarioError(f"{path}: expected true or false, got {_kind(raw)}")
+    return raw
+
+
+def string_map(raw: object, path: str) -> dict[str, str]:
+    """Labels or a node selector: string keys to string values (YAML scalars as written)."""
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(f"{path}: expected a mapping, got {_kind(raw)}")
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        sub = at(path, str(key))
+        if not isinstance(key, str) or not key:
+            raise ScenarioError(f"{sub}: label keys must be non-empty strings")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ScenarioError(f"{sub}: expected a string, got {_kind(value)}")
+        out[key] = str(value)
+    return out
+
+
+def choice(enum: type[E], raw: object, path: str) -> E:
+    """An enum member by its value, e.g. ``"BestEffortFIFO"``."""
+    for member in enum:
+        if member.value == raw:
+            return member
+    options = ", ".join(str(m.value) for m in enum)
+    raise ScenarioError(f"{path}: expected one of {options}, got {raw!r}")
+
+
+def unique(seen: dict[str, str], key: str, path: str, what: str) -> None:
+    """Record ``key`` as defined at ``path``; a second definition is an error."""
+    first = seen.get(key)
+    if first is not None:
+        raise ScenarioError(f"{path}: duplicate {what} {key!r} (first defined at {first})")
+    seen[key] = path
+
+
+def _kind(raw: object) -> str:
+    if raw is None:
+        return "nothing (null)"
+    if isinstance(raw, bool):
+        return f"a boolean ({raw!r})"
+    if isinstance(raw, str):
+        return f"a string ({raw!r})"
+    if isinstance(raw, int | float):
+        return f"a number ({raw!r})"
+    if isinstance(raw, list):
+        return "a list"
+    if isinstance(raw, Mapping):
+        return "a mapping"
+    return type(raw).__name__
