@@ -13,7 +13,6 @@ mutating them; a workload is in exactly one of pending or admitted.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 
 from queuemgr.core.model import (
@@ -24,11 +23,12 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.placement import build_free_index, reindex
-from queuemgr.core.resources import ResourceName
-from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, queue_order_key
+from queuemgr.core.placement import FreeIndex, build_free_index, reindex
+from queuemgr.core.queues import QueueBook
+from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.snapshot import Config, MutableUsage, Snapshot, admitted_requests
 
-_Entry = tuple[tuple[int, float, str], Workload]
+_Admitted = dict[WorkloadId, AdmittedWorkload]
 
 
 class CacheError(KeyError):
@@ -43,11 +43,13 @@ class Cache:
             name: dict(n.allocatable) for name, n in config.nodes.items()
         }
         self._index = build_free_index(config.node_topology, self._free)
+        # Copies handed to snapshots, reused until the admitted set changes.
+        self._frozen: tuple[MutableUsage, dict[NodeName, Resources], _Admitted, FreeIndex] | None
+        self._frozen = None
         self._admitted: dict[WorkloadId, AdmittedWorkload] = {}
         self._pending: dict[WorkloadId, Workload] = {}
-        self._queues: dict[
-            ClusterQueueName | None, list[tuple[tuple[int, float, str], Workload]]
-        ] = {}
+        # None holds the workloads no ClusterQueue takes (see Config.queue_for).
+        self._queues: dict[ClusterQueueName | None, QueueBook] = {}
 
     @property
     def config(self) -> Config:
@@ -68,23 +70,20 @@ class Cache:
         if w.id in self._pending or w.id in self._admitted:
             raise CacheError(f"workload {w.id} is already known")
         self._pending[w.id] = w
-        queue = self._queues.setdefault(self._route(w), [])
-        bisect.insort(queue, (queue_order_key(w), w), key=lambda e: e[0])
+        book = self._queues.get(self._route(w))
+        if book is None:
+            book = self._queues[self._route(w)] = QueueBook()
+        book.add(w)
 
     def remove_pending(self, wid: WorkloadId) -> Workload:
         w = self._pending.pop(wid, None)
         if w is None:
             raise CacheError(f"workload {wid} is not pending")
-        queue = self._queues[self._route(w)]
-        key = queue_order_key(w)
-        i = bisect.bisect_left(queue, key, key=lambda e: e[0])
-        assert queue[i][1] is w
-        del queue[i]
+        self._queues[self._route(w)].remove(w)
         return w
 
     def _route(self, w: Workload) -> ClusterQueueName | None:
-        cq = self._config.route(w)
-        return cq if cq in self._config.cluster_queues else None
+        return self._config.queue_for(w)
 
     # -- admitted ---------------------------------------------------------
     def add_admitted(self, a: AdmittedWorkload) -> None:
@@ -107,6 +106,7 @@ class Cache:
         return a
 
     def _apply(self, a: AdmittedWorkload, sign: int) -> None:
+        self._frozen = None
         cq, flavor = a.admission.cluster_queue, a.admission.flavor
         per_flavor = dict(self._usage.get(cq, {}))
         vec = dict(per_flavor.get(flavor, {}))
@@ -140,16 +140,25 @@ class Cache:
 
     def snapshot(self) -> Snapshot:
         pending = {
-            cq: [w for _, w in entries]
-            for cq, entries in sorted(self._queues.items(), key=lambda kv: kv[0] or "")
-            if cq is not None and entries
+            cq: book.view()
+            for cq, book in sorted(self._queues.items(), key=lambda kv: kv[0] or "")
+            if cq is not None and book
         }
+        unroutable = self._queues.get(None)
+        if self._frozen is None:
+            self._frozen = (
+                dict(self._usage),
+                dict(self._free),
+                dict(self._admitted),
+                dict(self._index),
+            )
+        usage, free, admitted, index = self._frozen
         return Snapshot(
             config=self._config,
-            usage=dict(self._usage),
-            node_free=dict(self._free),
-            admitted=dict(self._admitted),
+            usage=usage,
+            node_free=free,
+            admitted=admitted,
             pending=pending,
-            unroutable=[w for _, w in self._queues.get(None, [])],
-            node_index=dict(self._index),
+            unroutable=list(unroutable.view()) if unroutable is not None else [],
+            node_index=index,
         )

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import partial
 
 from queuemgr.core.model import (
     Admission,
@@ -40,10 +39,12 @@ from queuemgr.core.model import (
     FlavorName,
     PodSetPlacement,
     QueueingStrategy,
+    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool
+from queuemgr.core.queues import Cursor
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
@@ -53,7 +54,7 @@ from queuemgr.core.reasons import (
     blocked_by_head,
     describe_fit_failure,
 )
-from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.snapshot import Config, Snapshot
 
 # Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
 # (taken first: it admits nothing, so it cannot change anyone else's fate).
@@ -67,8 +68,22 @@ _NO_SHARE = 0.0
 # which is monotone in the exact value and far cheaper to compare. Values
 # closer than a float can tell apart tie, and ties fall to the next fields.
 HeapKey = tuple[int, float, int, float, str]
-# (key, queue, the flavor nominated for the queue's head, None if none fits)
-HeapEntry = tuple[HeapKey, ClusterQueueName, FlavorName | None]
+
+
+class _Nomination:
+    """The flavor picked for a head (None: no quota fits) and the checks behind it."""
+
+    __slots__ = ("checks", "flavor", "version")
+
+    def __init__(
+        self, flavor: FlavorName | None, checks: dict[FlavorName, QuotaCheck], version: int
+    ) -> None:
+        self.flavor = flavor
+        self.checks = checks
+        self.version = version
+
+
+HeapEntry = tuple[HeapKey, ClusterQueueName, _Nomination]
 
 
 class _Stale:
@@ -76,13 +91,6 @@ class _Stale:
 
 
 _STALE = _Stale()
-
-
-@dataclass(slots=True)
-class _Cursor:
-    cq: ClusterQueue
-    items: Sequence[Workload]
-    pos: int = 0
 
 
 class _Cycle:
@@ -93,15 +101,20 @@ class _Cycle:
         self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
         self.pool = NodePool(config.node_topology, snapshot.node_free, snapshot.node_index)
         self.admitted: list[AdmittedWorkload] = []
+        # Verdicts of the heads actually tried; the rest of a failed shape's
+        # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}
-        self._memo: dict[tuple[ClusterQueueName, object], Verdict] = {}
+        self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
+        self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
         request = w.total_requests
+        checks: dict[FlavorName, QuotaCheck] = {}
         for fq in cq.flavors:
             check = self.ledger.check(cq.name, fq.flavor, request)
+            checks[fq.flavor] = check
             if check.fits:
                 if check.borrowing:
                     infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
@@ -109,37 +122,36 @@ class _Cycle:
                     key = (_BORROWING, share, -w.priority, w.created_at, w.id)
                 else:
                     key = (_NOMINAL, _NO_SHARE, -w.priority, w.created_at, w.id)
-                return (key, cq.name, fq.flavor)
-        return ((_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id), cq.name, None)
+                return (key, cq.name, _Nomination(fq.flavor, checks, self.ledger.version))
+        key = (_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id)
+        return (key, cq.name, _Nomination(None, checks, self.ledger.version))
 
     # -- phase 5: admit ---------------------------------------------------
     def try_admit(
-        self, cq: ClusterQueue, w: Workload, nominated: FlavorName | None, borrowing: bool
+        self, cq: ClusterQueue, w: Workload, nomination: _Nomination
     ) -> Verdict | _Stale | None:
         """Admit ``w`` and return None, or return why it cannot be admitted now.
 
         ``_STALE`` means the nomination no longer holds (a cohort peer took
         the pool since): the caller nominates again and requeues the head.
         """
-        # The namespace comes first: the memo holds verdicts per shape, not namespace.
-        if not cq.admits_namespace(w.namespace):
-            return self._refused(cq, w)
-        memo_key = (cq.name, w.shape)
-        known = self._memo.get(memo_key)
-        if known is not None:
-            return known
         request = w.total_requests
+        # Quota checks made at nomination still hold if nothing was admitted since.
+        known = nomination.checks if nomination.version == self.ledger.version else {}
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
         node_verdict: Verdict | None = None
         nominated_checked = False
         for fq in cq.flavors:
-            check = self.ledger.check(cq.name, fq.flavor, request)
+            check = known.get(fq.flavor) or self.ledger.check(cq.name, fq.flavor, request)
             if not check.fits:
                 if first_quota is None:
                     first_quota = (fq.flavor, check)
                 continue
             if not nominated_checked:
-                if fq.flavor != nominated or check.borrowing != borrowing:
+                if fq.flavor != nomination.flavor or (
+                    known is not nomination.checks
+                    and check.borrowing != nomination.checks[fq.flavor].borrowing
+                ):
                     return _STALE
                 nominated_checked = True
             fail_key = (fq.flavor, w.shape)
@@ -152,7 +164,7 @@ class _Cycle:
                 assert self.pool.last_failure is not None
                 failed = Verdict(
                     reason=PendingReason.NO_NODE_FITS,
-                    message=describe_fit_failure(fq.flavor, self.pool.last_failure),
+                    detail=partial(describe_fit_failure, fq.flavor, self.pool.last_failure),
                 )
                 self._node_fail[fail_key] = failed
             node_verdict = node_verdict or failed
@@ -166,17 +178,10 @@ class _Cycle:
                     if check.verdict is QuotaVerdict.COHORT_EXHAUSTED
                     else PendingReason.QUOTA_EXCEEDED
                 ),
-                message=check.describe(flavor),
+                detail=partial(check.describe, flavor),
             )
-        self._memo[memo_key] = verdict
+        self._memo[(cq.name, w.shape)] = verdict
         return verdict
-
-    @staticmethod
-    def _refused(cq: ClusterQueue, w: Workload) -> Verdict:
-        return Verdict(
-            reason=PendingReason.INADMISSIBLE,
-            message=f"namespace {w.namespace!r} may not use ClusterQueue {cq.name!r}",
-        )
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         """A verdict when no flavor could ever take ``w``, however idle the cluster."""
@@ -205,7 +210,7 @@ class _Cycle:
                 return None
         if not why:
             why.append(f"ClusterQueue {cq.name!r} has no flavors")
-        return Verdict(reason=PendingReason.INADMISSIBLE, message="; ".join(why))
+        return Verdict(reason=PendingReason.INADMISSIBLE, detail="; ".join(why))
 
     def _admit(
         self,
@@ -232,72 +237,70 @@ class _Cycle:
     def run(self) -> None:
         config = self.snapshot.config
         heap: list[HeapEntry] = []
-        cursors: dict[ClusterQueueName, _Cursor] = {}
+        cursors: dict[ClusterQueueName, Cursor] = {}
         for name in sorted(self.snapshot.pending):
-            items = self.snapshot.pending[name]
             cq = config.cluster_queues.get(name)
-            if cq is None or not items:
+            if cq is None:
                 continue
-            cur = _Cursor(cq=cq, items=items)
+            cur = Cursor(self.snapshot.pending[name])
             cursors[name] = cur
-            self._push(heap, cur)
+            head = cur.head()
+            if head is not None:
+                heapq.heappush(heap, self.nominate(cq, head))
         while heap:
-            key, name, nominated = heapq.heappop(heap)
+            _key, name, nomination = heapq.heappop(heap)
             cur = cursors[name]
-            w = cur.items[cur.pos]
-            verdict = self.try_admit(cur.cq, w, nominated, key[0] == _BORROWING)
+            cq = config.cluster_queues[name]
+            w = cur.head()
+            assert w is not None
+            verdict = self.try_admit(cq, w, nomination)
             if verdict is _STALE:
-                heapq.heappush(heap, self.nominate(cur.cq, w))
+                heapq.heappush(heap, self.nominate(cq, w))
                 continue
             assert not isinstance(verdict, _Stale)
-            cur.pos += 1
-            if verdict is not None:
+            if verdict is None:
+                cur.advance()
+            else:
                 self.verdicts[w.id] = verdict
-                strict = cur.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+                strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
                 if strict and verdict.reason is not PendingReason.INADMISSIBLE:
-                    self._block_rest(cur, w.id)
+                    self._blocked[name] = blocked_by_head(w.id)
+                    cur.clear()
                     continue
-            self._push(heap, cur)
-
-    def _push(self, heap: list[HeapEntry], cur: _Cursor) -> None:
-        # Workloads whose shape already failed here are settled without the heap.
-        items = cur.items
-        memo = self._memo
-        while cur.pos < len(items):
-            w = items[cur.pos]
-            known = memo.get((cur.cq.name, w.shape))
-            if known is None or not cur.cq.admits_namespace(w.namespace):
-                heapq.heappush(heap, self.nominate(cur.cq, w))
-                return
-            self.verdicts[w.id] = known
-            cur.pos += 1
-            if (
-                cur.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
-                and known.reason is not PendingReason.INADMISSIBLE
-            ):
-                self._block_rest(cur, w.id)
-                return
-
-    def _block_rest(self, cur: _Cursor, head: WorkloadId) -> None:
-        blocked = blocked_by_head(head)
-        for w in cur.items[cur.pos :]:
-            # A namespace the queue refuses is never waiting behind anyone.
-            allowed = cur.cq.admits_namespace(w.namespace)
-            self.verdicts[w.id] = blocked if allowed else self._refused(cur.cq, w)
-        cur.pos = len(cur.items)
+                # Usage only grows within a cycle, so the shape fails again.
+                cur.drop_shape()
+            head = cur.head()
+            if head is not None:
+                heapq.heappush(heap, self.nominate(cq, head))
 
     # -- phase 6: requeue -------------------------------------------------
     def decisions(self) -> Decisions:
+        config = self.snapshot.config
         for w in self.snapshot.unroutable:
-            self.verdicts[w.id] = Verdict(
-                reason=PendingReason.INADMISSIBLE,
-                message=f"LocalQueue {w.namespace}/{w.queue} does not exist",
-            )
-        inadmissible = tuple(
-            wid for wid, v in self.verdicts.items() if v.reason is PendingReason.INADMISSIBLE
+            self.verdicts[w.id] = unroutable_verdict(config, w)
+        statuses = PendingStatuses(
+            queues=self.snapshot.pending,
+            unroutable=self.snapshot.unroutable,
+            verdicts=self.verdicts,
+            shape_verdicts=self._memo,
+            blocked=self._blocked,
+            admitted=frozenset(a.workload.id for a in self.admitted),
         )
-        statuses = PendingStatuses(self.snapshot.pending, self.snapshot.unroutable, self.verdicts)
-        return Decisions(admitted=tuple(self.admitted), pending=statuses, inadmissible=inadmissible)
+        return Decisions(admitted=tuple(self.admitted), pending=statuses)
+
+
+def unroutable_verdict(config: Config, w: Workload) -> Verdict:
+    lq = config.local_queues.get((w.namespace, w.queue))
+    if lq is None:
+        message = f"LocalQueue {w.namespace}/{w.queue} does not exist"
+    elif lq.cluster_queue not in config.cluster_queues:
+        message = (
+            f"ClusterQueue {lq.cluster_queue!r} of LocalQueue {w.namespace}/{w.queue} "
+            "does not exist"
+        )
+    else:
+        message = f"namespace {w.namespace!r} may not use ClusterQueue {lq.cluster_queue!r}"
+    return Verdict(reason=PendingReason.INADMISSIBLE, detail=message)
 
 
 def schedule(snapshot: Snapshot, now: float) -> Decisions:

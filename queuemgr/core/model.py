@@ -195,6 +195,8 @@ class Workload:
     total_requests: Mapping[ResourceName, int] = field(init=False, repr=False, compare=False)
     # What quota and placement see of the gang: equal shapes fit or fail together.
     shape: ShapeId = field(init=False, repr=False, compare=False)
+    # Queue order: higher priority, earlier creation, then namespace/name.
+    order_key: tuple[int, float, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         total: dict[ResourceName, int] = {}
@@ -215,6 +217,7 @@ class Workload:
         object.__setattr__(self, "id", WorkloadId(f"{self.namespace}/{self.name}"))
         object.__setattr__(self, "total_requests", total)
         object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "order_key", (-self.priority, self.created_at, self.id))
 
     @property
     def gpus(self) -> int:

@@ -137,6 +137,7 @@ class QuotaLedger:
     ) -> None:
         self.topology = topology
         self._base = usage
+        self.version = 0  # counts additions, so callers can tell whether a check still holds
         self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         self._pool_used: dict[CohortName, dict[tuple[FlavorName, ResourceName], int]] = {}
         for cq, per_flavor in usage.items():
@@ -208,6 +209,7 @@ class QuotaLedger:
         return _FITS_BORROWING if borrowing else _FITS
 
     def add(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> None:
+        self.version += 1
         per_flavor = self._own.setdefault(cq, {})
         vec = per_flavor.get(flavor)
         if vec is None:

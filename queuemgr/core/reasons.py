@@ -11,17 +11,19 @@ message names the resource and the amounts involved.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueueName,
     FlavorName,
+    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import FitFailure
+from queuemgr.core.queues import PendingQueue
 from queuemgr.core.resources import ResourceName, format_quantity
 
 
@@ -35,10 +37,18 @@ class PendingReason(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Verdict:
-    """The outcome of trying one workload; shared by every workload of the same shape."""
+    """The outcome of trying one workload; shared by every workload of the same shape.
+
+    ``detail`` may be a function: most verdicts of a cycle are never read, so
+    the words are only put together when somebody asks for ``message``.
+    """
 
     reason: PendingReason
-    message: str
+    detail: str | Callable[[], str]
+
+    @property
+    def message(self) -> str:
+        return self.detail if isinstance(self.detail, str) else self.detail()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -54,48 +64,86 @@ class PendingStatus:
 class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
     """Every workload left pending, with its verdict and positions.
 
-    Built lazily: a cycle over 100,000 pending workloads hands out shared
-    verdicts, and positions are counted only when somebody asks.
+    Lazy: a cycle decides per shape, so the verdict of a workload that was
+    never a head is its shape's (or its blocked queue's), looked up when asked;
+    positions are counted on first use. Building all of them is O(pending),
+    which a cycle itself never pays.
     """
 
     def __init__(
         self,
-        queues: Mapping[ClusterQueueName, Sequence[Workload]],
+        *,
+        queues: Mapping[ClusterQueueName, PendingQueue],
         unroutable: Sequence[Workload],
         verdicts: Mapping[WorkloadId, Verdict],
+        shape_verdicts: Mapping[tuple[ClusterQueueName, ShapeId], Verdict],
+        blocked: Mapping[ClusterQueueName, Verdict],
+        admitted: frozenset[WorkloadId],
     ) -> None:
         self._queues = queues
         self._unroutable = unroutable
         self._verdicts = verdicts
-        self._positions: dict[WorkloadId, tuple[ClusterQueueName | None, int, int]] | None = None
+        self._shape_verdicts = shape_verdicts
+        self._blocked = blocked
+        self._admitted = admitted
+        self._index: dict[WorkloadId, tuple[Workload, ClusterQueueName | None, int, int]] | None
+        self._index = None
 
-    def verdict(self, wid: WorkloadId) -> Verdict | None:
-        return self._verdicts.get(wid)
+    def _resolve(self, w: Workload, cq: ClusterQueueName | None) -> Verdict:
+        known = self._verdicts.get(w.id)
+        if known is not None or cq is None:
+            assert known is not None
+            return known
+        shared = self._shape_verdicts.get((cq, w.shape))
+        if shared is not None and shared.reason is PendingReason.INADMISSIBLE:
+            return shared
+        blocked = self._blocked.get(cq)
+        if blocked is not None:
+            return blocked
+        assert shared is not None, f"{w.id} was never judged"
+        return shared
 
-    def _count(self) -> dict[WorkloadId, tuple[ClusterQueueName | None, int, int]]:
-        if self._positions is None:
-            out: dict[WorkloadId, tuple[ClusterQueueName | None, int, int]] = {}
+    def verdict(self, wid: WorkloadId) -> Verdict:
+        w, cq, _, _ = self._count()[wid]
+        return self._resolve(w, cq)
+
+    def _count(self) -> dict[WorkloadId, tuple[Workload, ClusterQueueName | None, int, int]]:
+        if self._index is None:
+            out: dict[WorkloadId, tuple[Workload, ClusterQueueName | None, int, int]] = {}
             lq_pos: dict[tuple[str, str], int] = {}
-            verdicts = self._verdicts
             for name in sorted(self._queues):
                 cq_pos = 0
                 for w in self._queues[name]:
-                    if w.id not in verdicts:  # admitted this cycle
+                    if w.id in self._admitted:
                         continue
                     cq_pos += 1
                     lq = (w.namespace, w.queue)
                     lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
-                    out[w.id] = (name, n, cq_pos)
+                    out[w.id] = (w, name, n, cq_pos)
             for w in self._unroutable:
                 lq = (w.namespace, w.queue)
                 lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
-                out[w.id] = (None, n, 0)
-            self._positions = out
-        return self._positions
+                out[w.id] = (w, None, n, 0)
+            self._index = out
+        return self._index
+
+    def inadmissible(self) -> list[WorkloadId]:
+        """The Inadmissible ones, found without counting every position."""
+        out = [wid for wid, v in self._verdicts.items() if v.reason is PendingReason.INADMISSIBLE]
+        seen = set(out)
+        for (cq, shape), v in self._shape_verdicts.items():
+            if v.reason is not PendingReason.INADMISSIBLE:
+                continue
+            queue = self._queues.get(cq)
+            for w in queue.runs.get(shape, ()) if queue is not None else ():
+                if w.id not in seen:
+                    seen.add(w.id)
+                    out.append(w.id)
+        return out
 
     def __getitem__(self, wid: WorkloadId) -> PendingStatus:
-        verdict = self._verdicts[wid]
-        cq, lq_pos, cq_pos = self._count()[wid]
+        w, cq, lq_pos, cq_pos = self._count()[wid]
+        verdict = self._resolve(w, cq)
         return PendingStatus(
             workload=wid,
             cluster_queue=cq,
@@ -109,7 +157,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         return iter(self._count())
 
     def __len__(self) -> int:
-        return len(self._verdicts)
+        return len(self._count())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,11 +166,13 @@ class Decisions:
 
     admitted: tuple[AdmittedWorkload, ...]
     pending: PendingStatuses
-    # Workloads found Inadmissible this cycle (cheap to read without ``pending``).
-    inadmissible: tuple[WorkloadId, ...] = ()
 
     def admitted_ids(self) -> set[WorkloadId]:
         return {a.workload.id for a in self.admitted}
+
+    @property
+    def inadmissible(self) -> list[WorkloadId]:
+        return self.pending.inadmissible()
 
 
 def describe_fit_failure(flavor: FlavorName, f: FitFailure) -> str:
@@ -142,5 +192,5 @@ def describe_fit_failure(flavor: FlavorName, f: FitFailure) -> str:
 def blocked_by_head(head: WorkloadId) -> Verdict:
     return Verdict(
         reason=PendingReason.BLOCKED_BY_HEAD,
-        message=f"StrictFIFO: waiting behind the queue's head {head}",
+        detail=f"StrictFIFO: waiting behind the queue's head {head}",
     )

@@ -31,6 +31,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import FreeIndex, NodeTopology
+from queuemgr.core.queues import PendingQueue
 from queuemgr.core.quota import QuotaTopology
 from queuemgr.core.reasons import Verdict
 from queuemgr.core.resources import ResourceName, Resources
@@ -41,7 +42,7 @@ Usage = Mapping[ClusterQueueName, Mapping[FlavorName, Resources]]
 
 def queue_order_key(w: Workload) -> tuple[int, float, str]:
     """Order within a queue: higher priority, earlier creation, then namespace/name."""
-    return (-w.priority, w.created_at, w.id)
+    return w.order_key
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -96,6 +97,12 @@ class Config:
         lq = self.local_queues.get((w.namespace, w.queue))
         return None if lq is None else lq.cluster_queue
 
+    def queue_for(self, w: Workload) -> ClusterQueueName | None:
+        """The ClusterQueue that takes ``w``, or None when none does."""
+        name = self.route(w)
+        cq = self.cluster_queues.get(name) if name is not None else None
+        return name if cq is not None and cq.admits_namespace(w.namespace) else None
+
 
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
@@ -106,8 +113,9 @@ class Snapshot:
     node_free: Mapping[NodeName, Resources]
     admitted: Mapping[WorkloadId, AdmittedWorkload]
     # Pending workloads routed to a ClusterQueue, in queue order.
-    pending: Mapping[ClusterQueueName, Sequence[Workload]]
-    # Pending workloads whose LocalQueue is missing or points nowhere.
+    pending: Mapping[ClusterQueueName, PendingQueue]
+    # Pending workloads no ClusterQueue takes: their LocalQueue is missing,
+    # points nowhere, or its ClusterQueue refuses their namespace.
     unroutable: Sequence[Workload] = ()
     # Nodes grouped by free capacity, if the builder keeps it (the cache does);
     # without it the cycle groups the nodes it needs itself.
@@ -160,19 +168,17 @@ def build_snapshot(
     queues: dict[ClusterQueueName, list[Workload]] = {}
     unroutable: list[Workload] = []
     for w in pending:
-        cq = config.route(w)
-        if cq is None or cq not in config.cluster_queues:
+        cq = config.queue_for(w)
+        if cq is None:
             unroutable.append(w)
         else:
             queues.setdefault(cq, []).append(w)
-    for q in queues.values():
-        q.sort(key=queue_order_key)
     unroutable.sort(key=queue_order_key)
     return Snapshot(
         config=config,
         usage=usage_of(admitted_map.values()),
         node_free=node_free_of(config.nodes, admitted_map.values()),
         admitted=admitted_map,
-        pending=queues,
+        pending={cq: PendingQueue.of(ws) for cq, ws in queues.items()},
         unroutable=unroutable,
     )
