@@ -150,14 +150,15 @@ def reindex(
     if old_key == new_key:
         return
     groups = dict(index[cls.index])
-    left = tuple(n for n in groups[old_key] if n != node)
-    if left:
-        groups[old_key] = left
+    members = list(groups[old_key])
+    members.remove(node)
+    if members:
+        groups[old_key] = tuple(members)
     else:
         del groups[old_key]
-    target = list(groups.get(new_key, ()))
-    bisect.insort(target, node)
-    groups[new_key] = tuple(target)
+    target = groups.get(new_key, ())
+    at = bisect.bisect_left(target, node)
+    groups[new_key] = (*target[:at], node, *target[at:])
     index[cls.index] = groups
 
 
