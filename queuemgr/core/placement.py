@@ -150,10 +150,11 @@ def reindex(
     if old_key == new_key:
         return
     groups = dict(index[cls.index])
-    members = list(groups[old_key])
-    members.remove(node)
-    if members:
-        groups[old_key] = tuple(members)
+    members = groups[old_key]
+    at = bisect.bisect_left(members, node)  # groups are sorted by name
+    left = (*members[:at], *members[at + 1 :])
+    if left:
+        groups[old_key] = left
     else:
         del groups[old_key]
     target = groups.get(new_key, ())
@@ -293,7 +294,7 @@ class NodePool:
         groups = self._groups[cls.index]
         keys = self._keys[cls.index]
         members = groups[old]
-        members.remove(node)
+        del members[bisect.bisect_left(members, node)]  # groups are sorted by name
         if not members:
             del groups[old]
             keys.pop(bisect.bisect_left(keys, old))
