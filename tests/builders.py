@@ -8,6 +8,7 @@ themselves. Nodes belong to a flavor through the label ``flavor=<name>``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -26,13 +27,17 @@ from queuemgr.core.model import (
     NodeName,
     PodSet,
     PodSetPlacement,
+    PreemptionPolicy,
     QueueingStrategy,
+    ReclaimWithinCohort,
     ResourceFlavor,
     Taint,
     Toleration,
+    WithinClusterQueue,
     Workload,
     WorkloadId,
 )
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import Decisions, PendingReason, PendingStatus
 from queuemgr.core.resources import GPU, ResourceName, parse_quantity
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, build_snapshot
@@ -199,6 +204,7 @@ class ClusterQueueBuilder:
         self._strategy = QueueingStrategy.BEST_EFFORT_FIFO
         self._namespaces: frozenset[str] | None = None
         self._blocks: list[_QuotaDraft] = [_QuotaDraft()]
+        self._preemption = PreemptionPolicy()
 
     def cohort(self, name: str | None) -> ClusterQueueBuilder:
         self._cohort = name
@@ -235,6 +241,13 @@ class ClusterQueueBuilder:
         self._namespaces = frozenset(names)
         return self
 
+    def preempt(self, *, within: str = "Never", reclaim: str = "Never") -> ClusterQueueBuilder:
+        self._preemption = PreemptionPolicy(
+            within_cluster_queue=WithinClusterQueue(within),
+            reclaim_within_cohort=ReclaimWithinCohort(reclaim),
+        )
+        return self
+
     def build(self) -> ClusterQueue:
         return ClusterQueue(
             name=ClusterQueueName(self._name),
@@ -251,6 +264,7 @@ class ClusterQueueBuilder:
             weight=self._weight,
             queueing_strategy=self._strategy,
             namespaces=self._namespaces,
+            preemption=self._preemption,
         )
 
 
@@ -311,6 +325,7 @@ class World:
         self.nodes: list[Node] = []
         self.pending: list[Workload] = []
         self.admitted: list[AdmittedWorkload] = []
+        self.policy = SchedulerPolicy()
         self._config: Config | None = None
 
     def flavor(self, f: ResourceFlavor) -> World:
@@ -363,7 +378,8 @@ class World:
         return self._config
 
     def snapshot(self) -> Snapshot:
-        return build_snapshot(self.config(), admitted=self.admitted, pending=self.pending)
+        snap = build_snapshot(self.config(), admitted=self.admitted, pending=self.pending)
+        return dataclasses.replace(snap, policy=self.policy)
 
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()
@@ -378,6 +394,9 @@ class Result:
 
     def admitted_ids(self) -> set[str]:
         return set(self.decisions.admitted_ids())
+
+    def evicted_ids(self) -> set[str]:
+        return {e.victim.workload.id for e in self.decisions.evicted}
 
     def admission(self, wid: str) -> Admission:
         for a in self.decisions.admitted:

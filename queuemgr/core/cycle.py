@@ -44,10 +44,13 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool
+from queuemgr.core.policy import PreemptorAdmission
+from queuemgr.core.preemption import Preemptor, may_preempt
 from queuemgr.core.queues import Cursor
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
+    Eviction,
     PendingReason,
     PendingStatuses,
     Verdict,
@@ -107,6 +110,13 @@ class _Cycle:
         self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
+        self.preemptor = Preemptor(
+            admitted=snapshot.admitted,
+            cluster_queues=config.cluster_queues,
+            ledger=self.ledger,
+            pool=self.pool,
+        )
+        self.evictions: list[Eviction] = []
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
@@ -181,7 +191,28 @@ class _Cycle:
                 detail=partial(check.describe, flavor),
             )
         self._memo[(cq.name, w.shape)] = verdict
+        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq):
+            return self._preempt(cq, w) or verdict
         return verdict
+
+    def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
+        """Evict for ``w`` if a minimal set of victims lets it in; None once admitted."""
+        found = self.preemptor.find(cq, w)
+        if found is None:
+            return None
+        self.evictions.extend(found.evictions)
+        # Evictions free capacity, so failures seen so far may not hold any more.
+        self._node_fail.clear()
+        if self.snapshot.policy.preemptor_admission is PreemptorAdmission.SAME_CYCLE:
+            self._admit(cq, w, found.flavor, found.placements, found.borrowing)
+            return None
+        # The victims hold their capacity until they have stopped; w waits for them.
+        self.preemptor.undo(found, keep_evicted=True)
+        victims = ", ".join(e.victim.workload.id for e in found.evictions)
+        return Verdict(
+            reason=PendingReason.PREEMPTING,
+            detail=f"preempted {victims}; starts once they have stopped",
+        )
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         """A verdict when no flavor could ever take ``w``, however idle the cluster."""
@@ -286,7 +317,9 @@ class _Cycle:
             blocked=self._blocked,
             admitted=frozenset(a.workload.id for a in self.admitted),
         )
-        return Decisions(admitted=tuple(self.admitted), pending=statuses)
+        return Decisions(
+            admitted=tuple(self.admitted), pending=statuses, evicted=tuple(self.evictions)
+        )
 
 
 def unroutable_verdict(config: Config, w: Workload) -> Verdict:

@@ -272,18 +272,32 @@ class NodePool:
 
     def take(self, placements: tuple[PodSetPlacement, ...], pod_sets: tuple[PodSet, ...]) -> None:
         """Hold the capacity of an admitted placement for the rest of the cycle."""
+        self._change(placements, pod_sets, 1)
+
+    def release(
+        self, placements: tuple[PodSetPlacement, ...], pod_sets: tuple[PodSet, ...]
+    ) -> None:
+        """Free the capacity of an evicted placement for the rest of the cycle."""
+        self._change(placements, pod_sets, -1)
+
+    def _change(
+        self, placements: tuple[PodSetPlacement, ...], pod_sets: tuple[PodSet, ...], sign: int
+    ) -> None:
         per_pod = {ps.name: ps.requests for ps in pod_sets}
         for p in placements:
             node = p.node
             cls = self.topology.class_of.get(node)
+            if cls is not None:
+                # Group first, so the groups built from the snapshot match the overlay.
+                self._index(cls)
             old_key = self._key(cls, node) if cls is not None else None
             vec = self._own.get(node)
             if vec is None:
                 vec = dict(self._base.get(node, {}))
                 self._own[node] = vec
             for r, v in per_pod[p.pod_set].items():
-                vec[r] = vec.get(r, 0) - v * p.count
-            if cls is not None and cls.index in self._groups and old_key is not None:
+                vec[r] = vec.get(r, 0) - sign * v * p.count
+            if cls is not None and old_key is not None:
                 self._move(cls, node, old_key, self._key(cls, node))
 
     def _move(

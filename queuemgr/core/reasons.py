@@ -33,6 +33,26 @@ class PendingReason(enum.Enum):
     NO_NODE_FITS = "NoNodeFits"
     BLOCKED_BY_HEAD = "BlockedByHead"
     INADMISSIBLE = "Inadmissible"
+    PREEMPTING = "Preempting"  # victims were evicted; it starts once they have stopped
+
+
+class PreemptionReason(enum.Enum):
+    IN_CLUSTER_QUEUE = "InClusterQueue"
+    IN_COHORT_RECLAMATION = "InCohortReclamation"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Eviction:
+    """An admitted gang the cycle takes back, whole, and why."""
+
+    victim: AdmittedWorkload
+    preemptor: WorkloadId
+    preemptor_cluster_queue: ClusterQueueName
+    reason: PreemptionReason
+
+    @property
+    def message(self) -> str:
+        return f"Preempted by {self.preemptor} ({self.reason.value})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -166,6 +186,7 @@ class Decisions:
 
     admitted: tuple[AdmittedWorkload, ...]
     pending: PendingStatuses
+    evicted: tuple[Eviction, ...] = ()
 
     def admitted_ids(self) -> set[WorkloadId]:
         return {a.workload.id for a in self.admitted}

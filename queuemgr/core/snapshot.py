@@ -12,7 +12,7 @@ queue order (higher priority, then earlier creation, then namespace/name).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from queuemgr.core.model import (
@@ -31,6 +31,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import FreeIndex, NodeTopology
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import PendingQueue
 from queuemgr.core.quota import QuotaTopology
 from queuemgr.core.reasons import Verdict
@@ -120,6 +121,7 @@ class Snapshot:
     # Nodes grouped by free capacity, if the builder keeps it (the cache does);
     # without it the cycle groups the nodes it needs itself.
     node_index: FreeIndex | None = None
+    policy: SchedulerPolicy = field(default_factory=SchedulerPolicy)
 
 
 MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]

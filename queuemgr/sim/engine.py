@@ -28,13 +28,18 @@ from dataclasses import dataclass, field
 from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
-from queuemgr.core.snapshot import Config
+from queuemgr.core.reasons import Decisions, Eviction
+from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.invariants import InvariantChecker
 from queuemgr.sim.scenario import SimWorkload
 from queuemgr.sim.yamlcheck import InputError
 
 Event = dict[str, object]
 Emit = Callable[[Event], None]
+# Optional, read-only: called after each cycle's decisions are applied with
+# (now, the cycle's snapshot, its decisions, seconds schedule() took). It sees
+# what the cycle saw and decided and cannot change it (e.g. a metrics exporter).
+Observer = Callable[[float, Snapshot, Decisions, float], None]
 
 # Scenarios below this size get the invariant check after every cycle; larger
 # ones every CHECK_EVERY cycles (and always at the end), to keep replay fast.
@@ -87,10 +92,12 @@ class Engine:
         *,
         emit: Emit | None = None,
         check_every: int | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.config = config
         self.cache = Cache(config)
         self.emit = emit
+        self.observer = observer
         self.checker = InvariantChecker(config)
         ids: set[WorkloadId] = set()
         for sw in workloads:
@@ -100,6 +107,8 @@ class Engine:
         self._arrivals = sorted(workloads, key=lambda s: (s.workload.created_at, s.workload.id))
         # Run time once admitted, and whether max_runtime cut it short.
         self._runtime: dict[WorkloadId, tuple[float, bool]] = {}
+        self._spec: dict[WorkloadId, tuple[float, bool]] = {}  # kept for requeues
+        self._finish_at: dict[WorkloadId, float] = {}  # a run's finish; stale entries skip
         self._route: dict[WorkloadId, ClusterQueueName | None] = {}  # while pending
         self._running: dict[WorkloadId, _Running] = {}
         self._finishes: list[tuple[float, WorkloadId]] = []
@@ -126,7 +135,9 @@ class Engine:
                 break
             res.end_time = now
             while finishes and finishes[0][0] == now:
-                self._finish(now, heapq.heappop(finishes)[1])
+                wid = heapq.heappop(finishes)[1]
+                if self._finish_at.get(wid) == now:  # else that run was evicted
+                    self._finish(now, wid)
             while i < len(arrivals) and arrivals[i].workload.created_at == now:
                 self._submit(now, arrivals[i])
                 i += 1
@@ -153,6 +164,7 @@ class Engine:
             self._runtime[w.id] = (w.max_runtime, True)
         else:
             self._runtime[w.id] = (sw.runtime, False)
+        self._spec[w.id] = self._runtime[w.id]
         res = self.result
         if res.first_submit is None:
             res.first_submit = now
@@ -163,8 +175,15 @@ class Engine:
 
     def _cycle(self, now: float) -> None:
         res = self.result
-        decisions = schedule(self.cache.snapshot(), now)
+        snapshot = self.cache.snapshot()
+        started = time.perf_counter()
+        decisions = schedule(snapshot, now)
+        took = time.perf_counter() - started
         res.cycles += 1
+        victims: dict[WorkloadId, list[WorkloadId]] = {}
+        for e in decisions.evicted:
+            self._evict(now, e)
+            victims.setdefault(e.preemptor, []).append(e.victim.workload.id)
         for a in decisions.admitted:
             self.cache.admit(a)
             self.checker.check_admission(a)
@@ -173,6 +192,7 @@ class Engine:
             del self._route[wid]
             self._running[wid] = _Running(admitted=a, gpus=a.workload.gpus, limited=limited)
             heapq.heappush(self._finishes, (now + runtime, wid))
+            self._finish_at[wid] = now + runtime
             res.admitted += 1
             stats = res.queues[adm.cluster_queue]
             stats.admitted += 1
@@ -182,6 +202,8 @@ class Engine:
                 event["flavor"] = adm.flavor
                 event["placement"] = dict(sorted(adm.pods_per_node.items()))
                 event["borrowing"] = adm.borrowing
+                if wid in victims:
+                    event["victims"] = victims[wid]
                 self.emit(event)
         # ``decisions.inadmissible`` lists them without making the core build
         # every pending status (positions cost O(pending) per cycle).
@@ -197,20 +219,44 @@ class Engine:
                 self.emit(event)
         if res.cycles % self.check_every == 0:
             self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
+        if self.observer is not None:
+            self.observer(now, snapshot, decisions, took)
 
-    def _finish(self, now: float, wid: WorkloadId) -> None:
+    def _evict(self, now: float, e: Eviction) -> None:
+        """Stop a preempted run and queue it again, with its original creation time."""
+        wid = e.victim.workload.id
+        self._stop(now, wid)
+        del self._finish_at[wid]
+        self.cache.add_pending(e.victim.workload)
+        self._runtime[wid] = self._spec[wid]  # it starts over when admitted again
+        self._route[wid] = e.victim.admission.cluster_queue
+        self.result.evictions += 1
+        if self.emit is not None:
+            event = self._event(now, "evicted", wid, e.victim.admission.cluster_queue)
+            event["reason"] = e.message
+            event["preemptor"] = e.preemptor
+            self.emit(event)
+
+    def _stop(self, now: float, wid: WorkloadId) -> _Running:
+        """Take a run off the cluster and account the GPU-seconds it used."""
         run = self._running.pop(wid)
         self.cache.remove_admitted(wid)
         self.checker.forget(wid)
         a = run.admitted
-        res = self.result
-        res.finished += 1
-        res.last_finish = now
-        stats = res.queues[a.admission.cluster_queue]
+        stats = self.result.queues[a.admission.cluster_queue]
         gpu_s = run.gpus * (now - a.admitted_at)
         stats.gpu_seconds += gpu_s
         if a.admission.borrowing:
             stats.borrowed_gpu_seconds += gpu_s
+        return run
+
+    def _finish(self, now: float, wid: WorkloadId) -> None:
+        del self._finish_at[wid]
+        run = self._stop(now, wid)
+        a = run.admitted
+        res = self.result
+        res.finished += 1
+        res.last_finish = now
         if self.emit is not None:
             event = self._event(now, "finished", wid, a.admission.cluster_queue)
             event["reason"] = "MaxRuntimeExceeded" if run.limited else None

@@ -1,0 +1,26 @@
+"""The scheduler's global knobs, the scenario's and the service's ``scheduler:`` key.
+
+Why it exists: a policy choice must reach the pure cycle through its input,
+never through a global, so that the same snapshot still gives the same
+decisions. Every knob has a default that matches Kueue's behaviour.
+
+What must stay true: knobs are plain values (frozen); a default policy
+changes nothing about the cycle's rules described in docs/scheduling.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class PreemptorAdmission(enum.Enum):
+    # The simulator evicts and admits at one instant.
+    SAME_CYCLE = "same_cycle"
+    # The service admits the preemptor in a later cycle, once its victims stopped.
+    AFTER_VICTIMS_STOP = "after_victims_stop"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SchedulerPolicy:
+    preemptor_admission: PreemptorAdmission = PreemptorAdmission.SAME_CYCLE

@@ -1,0 +1,221 @@
+"""Preemption: which admitted gangs to evict so that a pending one can start.
+
+Why it exists: a queue is always entitled to its nominal quota, and a high
+priority job should not wait behind a low priority one of its own queue. The
+ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
+
+- ``within_cluster_queue``: ``LowerPriority`` evicts lower priorities of the
+  same queue; ``LowerOrNewerEqualPriority`` also equal priorities admitted
+  from newer workloads;
+- ``reclaim_within_cohort``: a queue that needs quota within its own nominal
+  may evict workloads of cohort peers that are borrowing (``LowerPriority``:
+  only lower priorities; ``Any``: any priority).
+
+What must stay true: victims are tried in order (queues that borrow first,
+then lowest priority, then most recently admitted) and the set is pruned to a
+minimal one; a gang is evicted whole; nothing is evicted unless the preemptor
+then fits both its quota and a node placement; a peer is reclaimed from only
+while it still borrows; workloads admitted in this cycle are never victims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
+from queuemgr.core.model import (
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    FlavorName,
+    PodSet,
+    PodSetPlacement,
+    ReclaimWithinCohort,
+    WithinClusterQueue,
+    Workload,
+    WorkloadId,
+)
+from queuemgr.core.placement import NodePool
+from queuemgr.core.quota import QuotaLedger
+from queuemgr.core.reasons import Eviction, PreemptionReason
+from queuemgr.core.snapshot import admitted_requests
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Preemption:
+    """A way in for ``w``: evict ``victims``, then place it on ``flavor``."""
+
+    flavor: FlavorName
+    placements: tuple[PodSetPlacement, ...]
+    borrowing: bool
+    evictions: tuple[Eviction, ...]
+
+
+def may_preempt(cq: ClusterQueue) -> bool:
+    p = cq.preemption
+    return (
+        p.within_cluster_queue is not WithinClusterQueue.NEVER
+        or p.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+    )
+
+
+class Preemptor:
+    """Finds and applies evictions on a cycle's quota and node overlays."""
+
+    def __init__(
+        self,
+        *,
+        admitted: Mapping[WorkloadId, AdmittedWorkload],
+        cluster_queues: Mapping[ClusterQueueName, ClusterQueue],
+        ledger: QuotaLedger,
+        pool: NodePool,
+    ) -> None:
+        self._admitted = admitted
+        self._cqs = cluster_queues
+        self._ledger = ledger
+        self._pool = pool
+        self.evicted: set[WorkloadId] = set()
+
+    def find(self, cq: ClusterQueue, w: Workload) -> Preemption | None:
+        """Evict a minimal set so that ``w`` fits, or change nothing and return None."""
+        for fq in cq.flavors:
+            found = self._try_flavor(cq, w, fq.flavor)
+            if found is not None:
+                return found
+        return None
+
+    def undo(self, preemption: Preemption, *, keep_evicted: bool = False) -> None:
+        """Give the victims their capacity back; with ``keep_evicted`` they stay chosen
+        (evicted, but holding their capacity until they have stopped)."""
+        for e in preemption.evictions:
+            self._restore(e.victim)
+            if not keep_evicted:
+                self.evicted.discard(e.victim.workload.id)
+
+    # -- the search -------------------------------------------------------
+    def _candidates(
+        self, cq: ClusterQueue, w: Workload, flavor: FlavorName
+    ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
+        within = cq.preemption.within_cluster_queue
+        reclaim = cq.preemption.reclaim_within_cohort
+        may_reclaim = (
+            reclaim is not ReclaimWithinCohort.NEVER
+            and cq.cohort is not None
+            and self._within_nominal(cq, w, flavor)
+        )
+        out: list[tuple[AdmittedWorkload, PreemptionReason]] = []
+        for a in self._admitted.values():
+            if a.admission.flavor != flavor or a.workload.id in self.evicted:
+                continue
+            v = a.workload
+            if a.admission.cluster_queue == cq.name:
+                if _lower(within, v, w):
+                    out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
+            elif may_reclaim:
+                peer = self._cqs.get(a.admission.cluster_queue)
+                if peer is None or peer.cohort != cq.cohort:
+                    continue
+                if reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
+                    out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
+
+        def order(item: tuple[AdmittedWorkload, PreemptionReason]) -> tuple[int, int, float, str]:
+            a = item[0]
+            borrows = self._borrows(a.admission.cluster_queue, flavor)
+            return (0 if borrows else 1, a.workload.priority, -a.admitted_at, a.workload.id)
+
+        out.sort(key=order)
+        return out
+
+    def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
+        chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
+        for a, reason in self._candidates(cq, w, flavor):
+            if reason is PreemptionReason.IN_COHORT_RECLAMATION and not self._borrows(
+                a.admission.cluster_queue, flavor
+            ):
+                continue  # that peer is back within its nominal: nothing left to reclaim
+            self._remove(a)
+            chosen.append((a, reason))
+            if self._fits(cq, w, flavor):
+                break
+        else:
+            for a, _ in chosen:
+                self._restore(a)
+            return None
+        # Prune: give back every victim the preemptor can do without.
+        for item in reversed(chosen[:-1]):
+            self._restore(item[0])
+            if self._fits(cq, w, flavor):
+                chosen.remove(item)
+            else:
+                self._remove(item[0])
+        check = self._ledger.check(cq.name, flavor, w.total_requests)
+        placements = self._pool.place(flavor, w.pod_sets)
+        assert check.fits and placements is not None
+        for a, _ in chosen:
+            self.evicted.add(a.workload.id)
+        return Preemption(
+            flavor=flavor,
+            placements=placements,
+            borrowing=check.borrowing,
+            evictions=tuple(
+                Eviction(victim=a, preemptor=w.id, preemptor_cluster_queue=cq.name, reason=r)
+                for a, r in chosen
+            ),
+        )
+
+    # -- helpers ----------------------------------------------------------
+    def _fits(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
+        if not self._ledger.check(cq.name, flavor, w.total_requests).fits:
+            return False
+        return self._pool.place(flavor, w.pod_sets) is not None
+
+    def _within_nominal(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
+        quota = cq.quota(flavor)
+        if quota is None:
+            return False
+        used = self._ledger.usage(cq.name, flavor)
+        return all(
+            used.get(r, 0) + v <= quota.nominal.get(r, 0) for r, v in w.total_requests.items()
+        )
+
+    def _borrows(self, cq_name: ClusterQueueName, flavor: FlavorName) -> bool:
+        cq = self._cqs.get(cq_name)
+        quota = cq.quota(flavor) if cq is not None else None
+        if quota is None:
+            return False
+        used = self._ledger.usage(cq_name, flavor)
+        return any(v > quota.nominal.get(r, 0) for r, v in used.items())
+
+    def _remove(self, a: AdmittedWorkload) -> None:
+        self._apply(a, -1, self._pool.release)
+
+    def _restore(self, a: AdmittedWorkload) -> None:
+        self._apply(a, 1, self._pool.take)
+
+    def _apply(
+        self,
+        a: AdmittedWorkload,
+        sign: int,
+        nodes: Callable[[tuple[PodSetPlacement, ...], tuple[PodSet, ...]], None],
+    ) -> None:
+        held = admitted_requests(a)
+        self._ledger.add(
+            a.admission.cluster_queue, a.admission.flavor, {r: sign * v for r, v in held.items()}
+        )
+        nodes(a.admission.placements, a.workload.pod_sets)
+
+
+def _lower(rule: WithinClusterQueue, victim: Workload, preemptor: Workload) -> bool:
+    if rule is WithinClusterQueue.NEVER:
+        return False
+    if victim.priority < preemptor.priority:
+        return True
+    return (
+        rule is WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        and victim.priority == preemptor.priority
+        and victim.created_at > preemptor.created_at
+    )
+
+
+def evicted_ids(evictions: Collection[Eviction]) -> set[WorkloadId]:
+    return {e.victim.workload.id for e in evictions}
