@@ -67,6 +67,7 @@ class WorkloadBuilder:
         self._queue = "default"
         self._priority = 0
         self._created = 0.0
+        self._max_runtime: float | None = None
         self._count = 1
         self._requests: dict[str, Quantity] = {}
         self._selector: dict[str, str] = {}
@@ -87,6 +88,10 @@ class WorkloadBuilder:
 
     def at(self, created_at: float) -> WorkloadBuilder:
         self._created = created_at
+        return self
+
+    def max_runtime(self, seconds: float | None) -> WorkloadBuilder:
+        self._max_runtime = seconds
         return self
 
     def gang(self, pods: int) -> WorkloadBuilder:
@@ -146,6 +151,7 @@ class WorkloadBuilder:
             pod_sets=pod_sets,
             priority=self._priority,
             created_at=self._created,
+            max_runtime=self._max_runtime,
         )
 
 

@@ -12,6 +12,7 @@ and nothing else is mixed into it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from contextlib import ExitStack
@@ -22,7 +23,7 @@ import click
 
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.report import EventWriter, print_table, summarize
-from queuemgr.sim.scenario import load_scenario
+from queuemgr.sim.scenario import load_scenario, override_policy
 from queuemgr.sim.trace import load_trace
 from queuemgr.sim.yamlcheck import InputError
 
@@ -45,6 +46,13 @@ def main() -> None:
 @click.option("--events", "events_path", help="Write events as JSON lines ('-' for stdout).")
 @click.option("--summary", "summary_path", help="Write the JSON summary ('-' for stdout).")
 @click.option("--until", type=click.FloatRange(min=0), help="Stop after this virtual time (s).")
+@click.option(
+    "--scheduler",
+    "overrides",
+    multiple=True,
+    metavar="KNOB=VALUE",
+    help="Override a scheduler: knob of the scenario (repeatable).",
+)
 def simulate(
     scenario: Path,
     trace: Path | None,
@@ -53,12 +61,15 @@ def simulate(
     events_path: str | None,
     summary_path: str | None,
     until: float | None,
+    overrides: tuple[str, ...],
 ) -> None:
     """Replay SCENARIO (and optionally a trace) through the scheduler in virtual time."""
     if assign_tenants is not None and trace is None:
         raise click.UsageError("--assign-tenants needs --trace")
     try:
-        code = _simulate(scenario, trace, assign_tenants, seed, events_path, summary_path, until)
+        code = _simulate(
+            scenario, trace, assign_tenants, seed, events_path, summary_path, until, overrides
+        )
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -78,11 +89,16 @@ def _simulate(
     events_path: str | None,
     summary_path: str | None,
     until: float | None,
+    overrides: tuple[str, ...] = (),
 ) -> int:
     try:
         scenario = load_scenario(scenario_path)
     except InputError as exc:
         raise InputError(f"{scenario_path}: {exc}") from None
+    if overrides:
+        scenario = dataclasses.replace(
+            scenario, policy=override_policy(scenario.policy, overrides, "--scheduler")
+        )
     workloads = list(scenario.workloads)
     tenants_assigned = unmatched = None
     if trace_path is not None:
@@ -103,7 +119,7 @@ def _simulate(
         emit = None
         if events_path is not None:
             emit = EventWriter(_open(stack, events_path))
-        engine = Engine(scenario.config, workloads, emit=emit)
+        engine = Engine(scenario.config, workloads, emit=emit, policy=scenario.policy)
         result = engine.run(until=until)
     summary = summarize(
         result, scenario.config, tenants_assigned=tenants_assigned, unmatched_tenants=unmatched

@@ -24,6 +24,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import FreeIndex, build_free_index, reindex
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import QueueBook
 from queuemgr.core.resources import ResourceName, Resources
 from queuemgr.core.snapshot import Config, MutableUsage, Snapshot, admitted_requests
@@ -36,8 +37,9 @@ class CacheError(KeyError):
 
 
 class Cache:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, policy: SchedulerPolicy | None = None) -> None:
         self._config = config
+        self._policy = policy or SchedulerPolicy()
         self._usage: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         self._free: dict[NodeName, dict[ResourceName, int]] = {
             name: dict(n.allocatable) for name, n in config.nodes.items()
@@ -59,7 +61,7 @@ class Cache:
         """Swap the configuration (quotas, queues, nodes) and re-derive from scratch."""
         pending = list(self._pending.values())
         admitted = list(self._admitted.values())
-        self.__init__(config)  # type: ignore[misc]
+        self.__init__(config, self._policy)  # type: ignore[misc]
         for a in admitted:
             self.add_admitted(a)
         for w in pending:
@@ -161,4 +163,5 @@ class Cache:
             pending=pending,
             unroutable=list(unroutable.view()) if unroutable is not None else [],
             node_index=index,
+            policy=self._policy,
         )

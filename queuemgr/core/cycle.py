@@ -57,6 +57,7 @@ from queuemgr.core.reasons import (
     blocked_by_head,
     describe_fit_failure,
 )
+from queuemgr.core.reservations import Guard, Planner, Reservation
 from queuemgr.core.snapshot import Config, Snapshot
 
 # Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
@@ -117,6 +118,9 @@ class _Cycle:
             pool=self.pool,
         )
         self.evictions: list[Eviction] = []
+        self.planner = Planner(snapshot)
+        self.guards: list[Guard] = []
+        self.reservations: dict[WorkloadId, Reservation] = {}
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
@@ -169,8 +173,7 @@ class _Cycle:
             if failed is None:
                 placements = self.pool.place(fq.flavor, w.pod_sets)
                 if placements is not None:
-                    self._admit(cq, w, fq.flavor, placements, check.borrowing)
-                    return None
+                    return self._admit(cq, w, fq.flavor, placements, check.borrowing)
                 assert self.pool.last_failure is not None
                 failed = Verdict(
                     reason=PendingReason.NO_NODE_FITS,
@@ -204,7 +207,10 @@ class _Cycle:
         # Evictions free capacity, so failures seen so far may not hold any more.
         self._node_fail.clear()
         if self.snapshot.policy.preemptor_admission is PreemptorAdmission.SAME_CYCLE:
-            self._admit(cq, w, found.flavor, found.placements, found.borrowing)
+            # Priority and reclaim rules outrank backfill reservations.
+            self._admit(cq, w, found.flavor, found.placements, found.borrowing, guarded=False)
+            for guard in self.guards:
+                guard.record(self.admitted[-1], self.now)
             return None
         # The victims hold their capacity until they have stopped; w waits for them.
         self.preemptor.undo(found, keep_evicted=True)
@@ -250,7 +256,10 @@ class _Cycle:
         flavor: FlavorName,
         placements: tuple[PodSetPlacement, ...],
         borrowing: bool,
-    ) -> None:
+        *,
+        guarded: bool = True,
+    ) -> Verdict | None:
+        """Admit, unless that would delay a reservation (then say which)."""
         admission = Admission(
             workload=w.id,
             cluster_queue=cq.name,
@@ -258,11 +267,21 @@ class _Cycle:
             placements=placements,
             borrowing=borrowing,
         )
+        admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+        if guarded:
+            for guard in self.guards:
+                if not guard.allows(admitted, self.now):
+                    return Verdict(
+                        reason=PendingReason.WAITING_FOR_RESERVATION,
+                        detail=f"would delay {guard.w.id}, {guard.reservation.describe()}",
+                        eta=guard.reservation.start,
+                    )
+            for guard in self.guards:
+                guard.record(admitted, self.now)
         self.ledger.add(cq.name, flavor, w.total_requests)
         self.pool.take(admission.placements, w.pod_sets)
-        self.admitted.append(
-            AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
-        )
+        self.admitted.append(admitted)
+        return None
 
     # -- phases 1, 4, 5 ---------------------------------------------------
     def run(self) -> None:
@@ -291,7 +310,13 @@ class _Cycle:
             assert not isinstance(verdict, _Stale)
             if verdict is None:
                 cur.advance()
+            elif verdict.reason is PendingReason.WAITING_FOR_RESERVATION:
+                # Another of its shape may end sooner (max_runtime), so keep the shape.
+                self.verdicts[w.id] = verdict
+                cur.advance()
             else:
+                if verdict.reason is not PendingReason.INADMISSIBLE:
+                    verdict = self._reserve(cq, w, verdict)
                 self.verdicts[w.id] = verdict
                 strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
                 if strict and verdict.reason is not PendingReason.INADMISSIBLE:
@@ -303,6 +328,25 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominate(cq, head))
+
+    def _reserve(self, cq: ClusterQueue, w: Workload, verdict: Verdict) -> Verdict:
+        """Give the best-ranked blocked workloads a reservation, up to the policy's depth."""
+        if len(self.reservations) >= self.snapshot.policy.reservation_depth:
+            return verdict
+        evicted = {e.victim.workload.id: e.victim for e in self.evictions}
+        reservation = self.planner.reserve(
+            cq, w, admitted_now=self.admitted, evicted=evicted, now=self.now
+        )
+        self.reservations[w.id] = reservation
+        if reservation.start is not None:
+            self.guards.append(
+                Guard(self.planner, cq, w, reservation, admitted_now=self.admitted, evicted=evicted)
+            )
+        return Verdict(
+            reason=verdict.reason,
+            detail=f"{verdict.message}; {reservation.describe()}",
+            eta=reservation.start,
+        )
 
     # -- phase 6: requeue -------------------------------------------------
     def decisions(self) -> Decisions:
@@ -318,7 +362,10 @@ class _Cycle:
             admitted=frozenset(a.workload.id for a in self.admitted),
         )
         return Decisions(
-            admitted=tuple(self.admitted), pending=statuses, evicted=tuple(self.evictions)
+            admitted=tuple(self.admitted),
+            pending=statuses,
+            evicted=tuple(self.evictions),
+            reservations=tuple(self.reservations.values()),
         )
 
 

@@ -24,3 +24,6 @@ class PreemptorAdmission(enum.Enum):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SchedulerPolicy:
     preemptor_admission: PreemptorAdmission = PreemptorAdmission.SAME_CYCLE
+    # How many blocked workloads per cycle get a reservation (0: no backfill guard,
+    # Kueue's behaviour; 1: Slurm's EASY backfill; more: closer to conservative).
+    reservation_depth: int = 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from queuemgr.core.model import (
     AdmittedWorkload,
@@ -24,6 +25,9 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.placement import FitFailure
 from queuemgr.core.queues import PendingQueue
+
+if TYPE_CHECKING:
+    from queuemgr.core.reservations import Reservation
 from queuemgr.core.resources import ResourceName, format_quantity
 
 
@@ -34,6 +38,7 @@ class PendingReason(enum.Enum):
     BLOCKED_BY_HEAD = "BlockedByHead"
     INADMISSIBLE = "Inadmissible"
     PREEMPTING = "Preempting"  # victims were evicted; it starts once they have stopped
+    WAITING_FOR_RESERVATION = "WaitingForReservation"  # it would delay a reserved gang
 
 
 class PreemptionReason(enum.Enum):
@@ -65,6 +70,7 @@ class Verdict:
 
     reason: PendingReason
     detail: str | Callable[[], str]
+    eta: float | None = None  # when it is expected to start, if known
 
     @property
     def message(self) -> str:
@@ -79,6 +85,7 @@ class PendingStatus:
     message: str
     position_in_local_queue: int  # 1-based, among the workloads still pending
     position_in_cluster_queue: int
+    eta: float | None = None  # expected start (a reservation's), None when unknown
 
 
 class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
@@ -171,6 +178,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             message=verdict.message,
             position_in_local_queue=lq_pos,
             position_in_cluster_queue=cq_pos,
+            eta=verdict.eta,
         )
 
     def __iter__(self) -> Iterator[WorkloadId]:
@@ -187,6 +195,8 @@ class Decisions:
     admitted: tuple[AdmittedWorkload, ...]
     pending: PendingStatuses
     evicted: tuple[Eviction, ...] = ()
+    # Reservations made this cycle (see core.reservations), best-ranked first.
+    reservations: tuple[Reservation, ...] = ()
 
     def admitted_ids(self) -> set[WorkloadId]:
         return {a.workload.id for a in self.admitted}

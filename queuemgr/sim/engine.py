@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.invariants import InvariantChecker
@@ -93,9 +94,10 @@ class Engine:
         emit: Emit | None = None,
         check_every: int | None = None,
         observer: Observer | None = None,
+        policy: SchedulerPolicy | None = None,
     ) -> None:
         self.config = config
-        self.cache = Cache(config)
+        self.cache = Cache(config, policy)
         self.emit = emit
         self.observer = observer
         self.checker = InvariantChecker(config)

@@ -68,7 +68,7 @@ BASE: dict[str, Any] = {
             ],
         }
     ],
-    "scheduler": {"cycle_interval_s": 1},
+    "scheduler": {"reservation_depth": 2},
 }
 
 
@@ -83,7 +83,7 @@ def test_valid_scenario_builds_core_objects() -> None:
     (sw,) = s.workloads
     assert sw.runtime == 10 and sw.workload.created_at == 0.1 and sw.workload.max_runtime == 20
     assert sw.workload.pod_sets[0].requests["cpu"] == 500  # type: ignore[index]
-    assert s.scheduler == {"cycle_interval_s": 1}
+    assert s.policy.reservation_depth == 2
 
 
 def test_node_count_expands_names_and_merges_flavor_labels() -> None:
