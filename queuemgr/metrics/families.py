@@ -1,0 +1,170 @@
+"""The metric families: every name, label set, unit and bucket layout, in one registry.
+
+Why it exists: the names are an API (dashboards and alerts query them), so
+they are declared in one place, apart from the code that computes values.
+
+What must stay true: names and labels are exactly those of issue 6 and
+``docs/observability.md``; help strings state units; no label names a workload.
+Each instance owns its own ``CollectorRegistry``, never the global one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from queuemgr.metrics.shape import SeriesFrame, priority_classes
+
+_Q = ("cluster_queue", "flavor", "resource")
+_UNITS = "cpu in cores, memory in bytes, other resources (GPUs) as counts"
+# Cycles take milliseconds; waits take seconds to days.
+_CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+
+
+class MetricFamilies:
+    """Every metric of issue 6, registered in a registry of its own."""
+
+    def __init__(
+        self,
+        *,
+        priority_classes: Mapping[int, str] | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._priority_classes = _classes(priority_classes)
+        r = self.registry
+        self.pending = Gauge(
+            "queuemgr_pending_workloads",
+            "Pending workloads per local queue and pending reason code (cluster_queue is empty "
+            "for workloads no ClusterQueue takes)",
+            ["cluster_queue", "local_queue", "namespace", "reason"],
+            registry=r,
+        )
+        self.admitted_active = Gauge(
+            "queuemgr_admitted_active_workloads",
+            "Admitted workloads still running",
+            ["cluster_queue"],
+            registry=r,
+        )
+        self.admitted_total = Counter(
+            "queuemgr_admitted_workloads", "Workloads admitted", registry=r
+        )
+        self.evicted_total = Counter(
+            "queuemgr_evicted_workloads", "Workloads evicted, by reason", ["reason"], registry=r
+        )
+        self.preempted_total = Counter(
+            "queuemgr_preempted_workloads",
+            "Workloads preempted, by the preempting ClusterQueue and the preemption reason",
+            ["preemptor_cluster_queue", "reason"],
+            registry=r,
+        )
+        self.finished_total = Counter(
+            "queuemgr_finished_workloads", "Workloads finished, by result", ["result"], registry=r
+        )
+        self.nominal = Gauge(
+            "queuemgr_cluster_queue_nominal_quota", f"Nominal quota ({_UNITS})", _Q, registry=r
+        )
+        self.borrowing_limit = Gauge(
+            "queuemgr_cluster_queue_borrowing_limit",
+            f"Borrowing limit, only where one is set ({_UNITS})",
+            _Q,
+            registry=r,
+        )
+        self.lending_limit = Gauge(
+            "queuemgr_cluster_queue_lending_limit",
+            f"Lending limit, only where one is set ({_UNITS})",
+            _Q,
+            registry=r,
+        )
+        self.usage = Gauge(
+            "queuemgr_cluster_queue_resource_usage",
+            f"Quota held by admitted workloads ({_UNITS})",
+            _Q,
+            registry=r,
+        )
+        self.resource_pending = Gauge(
+            "queuemgr_cluster_queue_resource_pending",
+            f"Requests of pending workloads, on the first flavor that covers them ({_UNITS})",
+            _Q,
+            registry=r,
+        )
+        self.share = Gauge(
+            "queuemgr_cluster_queue_weighted_share",
+            "Weighted dominant share: usage above nominal over the cohort's lendable quota, "
+            "divided by the weight; 0 when within nominal, +Inf when a zero weight borrows",
+            ["cluster_queue"],
+            registry=r,
+        )
+        self.node_free = Gauge(
+            "queuemgr_node_free",
+            f"Free capacity summed over a flavor's schedulable nodes ({_UNITS})",
+            ["flavor", "resource"],
+            registry=r,
+        )
+        self.node_largest_free = Gauge(
+            "queuemgr_node_largest_free",
+            "Largest free amount on any single node of the flavor, a fragmentation gauge "
+            f"({_UNITS})",
+            ["flavor", "resource"],
+            registry=r,
+        )
+        self.wait = Histogram(
+            "queuemgr_admission_wait_time_seconds",
+            "Seconds from creation to admission; priority_class is a configured class name, "
+            "or 'other' for a priority no class names",
+            ["cluster_queue", "priority_class"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.cycle = Histogram(
+            "queuemgr_admission_cycle_duration_seconds",
+            "Wall-clock seconds of one scheduling cycle",
+            buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.attempts = Counter(
+            "queuemgr_admission_attempts",
+            "Scheduling cycles: result=success when a cycle admitted at least one workload, "
+            "inadmissible otherwise (Kueue's meaning)",
+            ["result"],
+            registry=r,
+        )
+        self.eta_error = Histogram(
+            "queuemgr_eta_error_seconds",
+            "Absolute difference between a workload's predicted and actual start, in seconds",
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.leader = Gauge(
+            "queuemgr_leader",
+            "1 on the replica that holds the lease, else 0",
+            ["replica"],
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "queuemgr_build_info", "Always 1; the version is the label", ["version"], registry=r
+        )
+        self.build_info.labels(version=version or _installed_version()).set(1)
+        for result in ("success", "inadmissible"):
+            self.attempts.labels(result=result)  # exported at 0 before the first cycle
+        self._frames = {
+            g: SeriesFrame(g)
+            for g in (
+                self.pending, self.admitted_active, self.nominal, self.borrowing_limit,
+                self.lending_limit, self.usage, self.resource_pending, self.share,
+                self.node_free, self.node_largest_free,
+            )
+        }  # fmt: skip
+
+
+_classes = priority_classes  # the constructor's parameter shadows the name
+
+
+def _installed_version() -> str:
+    try:
+        return metadata.version("queuemgr")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,200 @@
+"""The exporter turns one cycle's snapshot and decisions into the metrics of issue 6."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from queuemgr.metrics import SchedulerMetrics, serve
+from queuemgr.metrics.shape import MAX_PRIORITY_CLASSES
+from tests.builders import Result, World, make_cq, make_nodes
+from tests.builders import make_workload as wl
+
+GPU = "nvidia.com/gpu"
+
+
+def observe(result: Result, metrics: SchedulerMetrics | None = None) -> SchedulerMetrics:
+    m = metrics or SchedulerMetrics(version="test")
+    m.observe_cycle(result.snapshot, result.decisions, 0.004, now=100.0)
+    return m
+
+
+def value(m: SchedulerMetrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_pending_is_counted_per_local_queue_and_reason_with_zeros_for_the_rest() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").nominal(gpu=8).namespaces("a"))
+        .lq("a", "default", "a")
+        .lq("ghost", "default", "a")  # a refuses namespace "ghost"
+        .node(make_nodes("n", 1, flavor="default"))
+        .submit(wl("first").ns("a").gpus(8), wl("second").ns("a").gpus(8).at(1))
+        .submit(wl("lost").ns("ghost").gpus(1))
+        .run()
+    )
+    m = observe(res)
+    labels = {"cluster_queue": "a", "local_queue": "default", "namespace": "a"}
+    assert value(m, "queuemgr_pending_workloads", **labels, reason="QuotaExceeded") == 1
+    assert value(m, "queuemgr_pending_workloads", **labels, reason="NoNodeFits") == 0
+    # Unroutable workloads have no ClusterQueue: the label is empty.
+    lost = {"cluster_queue": "", "local_queue": "default", "namespace": "ghost"}
+    assert value(m, "queuemgr_pending_workloads", **lost, reason="Inadmissible") == 1
+    assert value(m, "queuemgr_admitted_active_workloads", cluster_queue="a") == 1
+    assert value(m, "queuemgr_admitted_workloads_total") == 1
+    assert value(m, "queuemgr_admission_attempts_total", result="success") == 1
+    assert value(m, "queuemgr_admission_attempts_total", result="inadmissible") == 0
+    assert value(m, "queuemgr_admission_cycle_duration_seconds_count") == 1
+
+
+def test_quota_and_usage_are_in_base_units_and_limits_only_where_set() -> None:
+    res = (
+        World()
+        .cq(
+            make_cq("a").cohort("c").nominal(gpu=8, cpu=16, memory="64Gi").borrowing_limit(gpu=4),
+            make_cq("b").cohort("c").nominal(gpu=8, cpu=16, memory="64Gi").lending_limit(gpu=2),
+        )
+        .node(make_nodes("n", 2, flavor="default", gpu=8, cpu="32", memory="128Gi"))
+        .submit(wl("job").ns("a").gpus(2).cpu("1500m").memory("1Gi").gang(2))
+        .run()
+    )
+    m = observe(res)
+    q = {"cluster_queue": "a", "flavor": "default"}
+    assert value(m, "queuemgr_cluster_queue_resource_usage", **q, resource=GPU) == 4
+    assert value(m, "queuemgr_cluster_queue_resource_usage", **q, resource="cpu") == 3.0
+    usage_mem = value(m, "queuemgr_cluster_queue_resource_usage", **q, resource="memory")
+    assert usage_mem == 2 * 2**30
+    assert value(m, "queuemgr_cluster_queue_nominal_quota", **q, resource="cpu") == 16.0
+    assert value(m, "queuemgr_cluster_queue_borrowing_limit", **q, resource=GPU) == 4
+    assert value(m, "queuemgr_cluster_queue_lending_limit", **q, resource=GPU) is None
+    b = {"cluster_queue": "b", "flavor": "default", "resource": GPU}
+    assert value(m, "queuemgr_cluster_queue_lending_limit", **b) == 2
+    assert value(m, "queuemgr_cluster_queue_resource_usage", **b) == 0
+
+
+def test_free_capacity_per_flavor_and_the_largest_block_show_fragmentation() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").nominal(gpu=16))
+        .node(make_nodes("n", 2, flavor="default", gpu=8))
+        .submit(wl("six").ns("a").gpus(6))
+        .run()
+    )
+    m = observe(res)
+    assert value(m, "queuemgr_node_free", flavor="default", resource=GPU) == 10
+    assert value(m, "queuemgr_node_largest_free", flavor="default", resource=GPU) == 8
+    res2 = res.next(wl("six-more").ns("a").gpus(6).at(1)).run(now=1)
+    observe(res2, m)
+    assert value(m, "queuemgr_node_free", flavor="default", resource=GPU) == 4
+    # 4 GPUs free, but never more than 2 on one node: a 4-GPU pod cannot start.
+    assert value(m, "queuemgr_node_largest_free", flavor="default", resource=GPU) == 2
+
+
+def test_weighted_share_is_borrowed_over_the_cohorts_lendable_quota() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").cohort("c").nominal(gpu=8), make_cq("b").cohort("c").nominal(gpu=8))
+        .node(make_nodes("n", 2, flavor="default", gpu=8))
+        .submit(wl("big").ns("a").gpus(6).gang(2))
+        .run()
+    )
+    m = observe(res)
+    # a holds 12 of its nominal 8: it borrows 4 of the cohort's 16 lendable GPUs.
+    assert value(m, "queuemgr_cluster_queue_weighted_share", cluster_queue="a") == 0.25
+    assert value(m, "queuemgr_cluster_queue_weighted_share", cluster_queue="b") == 0
+
+
+def test_wait_time_is_labelled_by_a_bounded_priority_class() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").nominal(gpu=8))
+        .node(make_nodes("n", 1, flavor="default"))
+        .submit(wl("p0").ns("a").gpus(1).at(40), wl("p7").ns("a").gpus(1).priority(7).at(70))
+        .submit(wl("p9").ns("a").gpus(1).priority(9).at(10))
+        .run()
+    )
+    m = observe(res, SchedulerMetrics(priority_classes={0: "default", 7: "high"}))
+    hist = "queuemgr_admission_wait_time_seconds"
+    assert value(m, f"{hist}_sum", cluster_queue="a", priority_class="default") == 60.0
+    assert value(m, f"{hist}_sum", cluster_queue="a", priority_class="high") == 30.0
+    assert value(m, f"{hist}_sum", cluster_queue="a", priority_class="other") == 90.0
+    with pytest.raises(ValueError, match="priority classes"):
+        SchedulerMetrics(priority_classes={i: f"c{i}" for i in range(MAX_PRIORITY_CLASSES + 1)})
+
+
+def test_series_of_a_queue_that_is_gone_are_removed() -> None:
+    both = World().cq(make_cq("a").nominal(gpu=8), make_cq("b").nominal(gpu=8))
+    m = observe(both.node(make_nodes("n", 1)).submit(wl("x").ns("b").gpus(1)).run())
+    assert value(m, "queuemgr_cluster_queue_nominal_quota", cluster_queue="b",
+                 flavor="default", resource=GPU) == 8  # fmt: skip
+    only_a = World().cq(make_cq("a").nominal(gpu=8)).node(make_nodes("n", 1))
+    observe(only_a.submit(wl("y").ns("a").gpus(1)).run(), m)
+    gauges = {"queuemgr_cluster_queue_nominal_quota", "queuemgr_admitted_active_workloads",
+              "queuemgr_pending_workloads", "queuemgr_cluster_queue_weighted_share"}  # fmt: skip
+    left = [
+        s
+        for family in m.registry.collect()
+        if family.name in gauges
+        for s in family.samples
+        if s.labels.get("cluster_queue") == "b"
+    ]
+    assert left == []
+
+
+def test_event_labels_fall_into_bounded_code_lists() -> None:
+    m = SchedulerMetrics()
+    m.observe_finished("Succeeded")
+    m.observe_finished("team-a/job-17 crashed")  # free text must not become a label
+    m.observe_eviction("PodsReadyTimeout")
+    m.observe_eviction("InCohortReclamation", preemptor_cq="team-b")
+    m.observe_eta_error(predicted_start=100.0, actual_start=160.0)
+    m.set_leader("replica-0", True)
+    m.set_leader("replica-1", False)
+    assert value(m, "queuemgr_finished_workloads_total", result="Other") == 1
+    assert value(m, "queuemgr_evicted_workloads_total", reason="PodsReadyTimeout") == 1
+    assert value(m, "queuemgr_evicted_workloads_total", reason="Preempted") == 1
+    preempted = {"preemptor_cluster_queue": "team-b", "reason": "InCohortReclamation"}
+    assert value(m, "queuemgr_preempted_workloads_total", **preempted) == 1
+    assert value(m, "queuemgr_eta_error_seconds_sum") == 60.0
+    assert value(m, "queuemgr_leader", replica="replica-0") == 1
+    assert value(m, "queuemgr_leader", replica="replica-1") == 0
+
+
+def test_registries_are_isolated_and_render_has_every_family() -> None:
+    a, b = SchedulerMetrics(version="1.2.3"), SchedulerMetrics()
+    a.set_leader("r", True)
+    assert b.registry.get_sample_value("queuemgr_leader", {"replica": "r"}) is None
+    names = {f.name for f in text_string_to_metric_families(a.render().decode())}
+    expected = {
+        "queuemgr_pending_workloads", "queuemgr_admitted_active_workloads",
+        "queuemgr_admitted_workloads", "queuemgr_evicted_workloads",
+        "queuemgr_preempted_workloads", "queuemgr_finished_workloads",
+        "queuemgr_cluster_queue_nominal_quota", "queuemgr_cluster_queue_borrowing_limit",
+        "queuemgr_cluster_queue_lending_limit", "queuemgr_cluster_queue_resource_usage",
+        "queuemgr_cluster_queue_resource_pending", "queuemgr_cluster_queue_weighted_share",
+        "queuemgr_node_free", "queuemgr_node_largest_free",
+        "queuemgr_admission_wait_time_seconds", "queuemgr_admission_cycle_duration_seconds",
+        "queuemgr_admission_attempts", "queuemgr_eta_error_seconds", "queuemgr_leader",
+        "queuemgr_build_info",
+    }  # fmt: skip
+    assert expected <= names
+    assert value(a, "queuemgr_build_info", version="1.2.3") == 1
+
+
+def test_serve_exposes_metrics_on_loopback() -> None:
+    m = SchedulerMetrics()
+    m.set_leader("r", True)
+    server, thread = serve(m, port=0)
+    try:
+        host, port = server.server_address[:2]
+        assert host == "127.0.0.1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            body = resp.read().decode()
+        assert 'queuemgr_leader{replica="r"} 1.0' in body
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
