@@ -7,6 +7,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY queuemgr ./queuemgr
+COPY migrations ./migrations
 RUN pip install . && useradd --system --uid 10001 --home-dir /app queuemgr
 
 USER 10001

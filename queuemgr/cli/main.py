@@ -21,6 +21,7 @@ from typing import IO
 
 import click
 
+from queuemgr.cli.db import db
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.report import EventWriter, print_table, summarize
 from queuemgr.sim.scenario import load_scenario, override_policy
@@ -34,6 +35,9 @@ EXIT_BAD_INPUT = 2
 @click.group()
 def main() -> None:
     """queuemgr: a queue-based, fair-share GPU quota manager."""
+
+
+main.add_command(db)
 
 
 @main.command()

@@ -1,0 +1,151 @@
+"""Core value objects to JSON-ready values and back, for the JSONB columns and the audit log.
+
+Why it exists: the store keeps resource vectors, taints, tolerations and whole
+config objects as JSON; one pair of functions per type keeps the spelling in
+one place, so what is written is always what is read.
+
+What must stay true: decode(encode(x)) == x for every value object; quantities
+stay JSON integers (a float, or a bool, is refused on the way in and out);
+timestamps are UTC and round-trip at microsecond precision, the precision of
+``timestamptz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from queuemgr.core.model import (
+    ClusterQueue,
+    FlavorQuota,
+    LocalQueue,
+    Node,
+    PodSet,
+    ResourceFlavor,
+    Taint,
+    TaintEffect,
+    Toleration,
+)
+from queuemgr.core.resources import ResourceName, Resources
+
+Json = dict[str, Any]
+
+
+def vector(v: Resources) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r, q in v.items():
+        if type(q) is not int:  # bool is an int subclass; floats lose exactness
+            raise TypeError(f"quantity of {r} must be an int, got {q!r}")
+        out[str(r)] = q
+    return out
+
+
+def resources(raw: Mapping[str, Any]) -> dict[ResourceName, int]:
+    out: dict[ResourceName, int] = {}
+    for r, q in raw.items():
+        if type(q) is not int:
+            raise TypeError(f"stored quantity of {r} is not an integer: {q!r}")
+        out[ResourceName(r)] = q
+    return out
+
+
+def taints(ts: tuple[Taint, ...]) -> list[Json]:
+    return [{"key": t.key, "value": t.value, "effect": t.effect.value} for t in ts]
+
+
+def taints_of(raw: list[Json]) -> tuple[Taint, ...]:
+    return tuple(
+        Taint(key=t["key"], value=t["value"], effect=TaintEffect(t["effect"])) for t in raw
+    )
+
+
+def tolerations(ts: tuple[Toleration, ...]) -> list[Json]:
+    return [
+        {
+            "key": t.key,
+            "operator": t.operator,
+            "value": t.value,
+            "effect": None if t.effect is None else t.effect.value,
+        }
+        for t in ts
+    ]
+
+
+def tolerations_of(raw: list[Json]) -> tuple[Toleration, ...]:
+    return tuple(
+        Toleration(
+            key=t["key"],
+            operator=t["operator"],
+            value=t["value"],
+            effect=None if t["effect"] is None else TaintEffect(t["effect"]),
+        )
+        for t in raw
+    )
+
+
+def pod_set(ps: PodSet) -> Json:
+    return {
+        "name": ps.name,
+        "count": ps.count,
+        "requests": vector(ps.requests),
+        "node_selector": dict(ps.node_selector),
+        "tolerations": tolerations(ps.tolerations),
+    }
+
+
+def weight(w: Fraction) -> str:
+    return str(w)  # "1", "3/2": exact, and Fraction() parses it back
+
+
+def timestamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def seconds(at: datetime) -> float:
+    return at.timestamp()
+
+
+# -- whole objects, as the audit log shows them ---------------------------------
+
+
+def flavor_json(f: ResourceFlavor) -> Json:
+    return {"name": f.name, "node_labels": dict(f.node_labels), "taints": taints(f.taints)}
+
+
+def node_json(n: Node) -> Json:
+    return {
+        "name": n.name,
+        "labels": dict(n.labels),
+        "allocatable": vector(n.allocatable),
+        "taints": taints(n.taints),
+        "schedulable": n.schedulable,
+    }
+
+
+def quota_json(q: FlavorQuota) -> Json:
+    return {
+        "flavor": q.flavor,
+        "nominal": vector(q.nominal),
+        "borrowing_limit": vector(q.borrowing_limit),
+        "lending_limit": vector(q.lending_limit),
+    }
+
+
+def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
+    return {
+        "name": cq.name,
+        "cohort": cq.cohort,
+        "weight": weight(cq.weight),
+        "queueing_strategy": cq.queueing_strategy.value,
+        "namespaces": None if cq.namespaces is None else sorted(cq.namespaces),
+        "within_cluster_queue": cq.preemption.within_cluster_queue.value,
+        "reclaim_within_cohort": cq.preemption.reclaim_within_cohort.value,
+        "stopped": stopped,
+        "flavors": [quota_json(q) for q in cq.flavors],
+    }
+
+
+def local_queue_json(lq: LocalQueue) -> Json:
+    return {"namespace": lq.namespace, "name": lq.name, "cluster_queue": lq.cluster_queue}

@@ -1,0 +1,293 @@
+"""Admin-owned objects: upsert flavors, cohorts, queues and nodes; load them as a core Config.
+
+Why it exists: quota changes are what tenants argue about, so every change is
+written together with an ``audit_log`` row (who: the database role and the
+OS or Kubernetes user; what: the object's JSON before and after; when), in the
+same transaction as the change itself.
+
+What must stay true: an upsert that changes nothing writes nothing (node
+capacity is re-reported constantly); the row is locked (``FOR UPDATE``) while
+its "before" is read, so two concurrent admins produce two consistent audit
+rows, never one overwriting the other unseen; :func:`load_config` returns the
+exact core objects that were upserted.
+"""
+
+from __future__ import annotations
+
+import getpass
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, Select, delete, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from queuemgr.core.model import (
+    ClusterQueue,
+    ClusterQueueName,
+    Cohort,
+    CohortName,
+    FlavorName,
+    FlavorQuota,
+    LocalQueue,
+    Node,
+    NodeName,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    WithinClusterQueue,
+)
+from queuemgr.core.snapshot import Config
+from queuemgr.store import codec
+from queuemgr.store.models import (
+    AuditLogRow,
+    ClusterQueueQuota,
+    ClusterQueueRow,
+    CohortRow,
+    Flavor,
+    LocalQueueRow,
+)
+from queuemgr.store.models import Node as NodeRow
+from queuemgr.store.workloads import atomic
+
+Json = dict[str, Any]
+
+
+def os_actor() -> str:
+    """The default actor: the operating-system user running this process."""
+    try:
+        return f"os:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "os:unknown"
+
+
+def _audit(
+    conn: Connection, *, actor: str, kind: str, name: str, before: Json | None, after: Json | None
+) -> bool:
+    if before == after:
+        return False
+    action = "create" if before is None else "delete" if after is None else "update"
+    conn.execute(
+        insert(AuditLogRow).values(
+            actor=actor,
+            action=action,
+            object_kind=kind,
+            object_name=name,
+            before=before,
+            after=after,
+        )
+    )
+    return True
+
+
+# Rows are read as mappings: a Core connection yields columns, not ORM objects.
+Row = RowMapping
+
+
+def _rows(conn: Connection, query: Select[Any]) -> list[Row]:
+    return list(conn.execute(query).mappings())
+
+
+def _one(conn: Connection, query: Select[Any]) -> Row | None:
+    return conn.execute(query.with_for_update()).mappings().first()
+
+
+def _flavor_of(r: Row) -> ResourceFlavor:
+    return ResourceFlavor(
+        name=FlavorName(r["name"]),
+        node_labels=dict(r["node_labels"]),
+        taints=codec.taints_of(r["taints"]),
+    )
+
+
+def _node_of(r: Row) -> Node:
+    return Node(
+        name=NodeName(r["name"]),
+        labels=dict(r["labels"]),
+        allocatable=codec.resources(r["allocatable"]),
+        taints=codec.taints_of(r["taints"]),
+        schedulable=r["schedulable"],
+    )
+
+
+def upsert_flavor(conn: Connection, f: ResourceFlavor, *, actor: str) -> bool:
+    """Create or update a flavor; True when something changed (and was audited)."""
+    with atomic(conn):
+        old = _one(conn, select(Flavor.__table__).where(Flavor.name == f.name))
+        before = None if old is None else codec.flavor_json(_flavor_of(old))
+        after = codec.flavor_json(f)
+        if before != after:
+            values = dict(after)
+            conn.execute(
+                pg_insert(Flavor)
+                .values(values)
+                .on_conflict_do_update(index_elements=[Flavor.name], set_=values)
+            )
+        return _audit(
+            conn, actor=actor, kind="ResourceFlavor", name=f.name, before=before, after=after
+        )
+
+
+def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
+    with atomic(conn):
+        old = _one(conn, select(NodeRow.__table__).where(NodeRow.name == n.name))
+        before = None if old is None else codec.node_json(_node_of(old))
+        after = codec.node_json(n)
+        if before != after:
+            values = dict(after)
+            conn.execute(
+                pg_insert(NodeRow)
+                .values(values)
+                .on_conflict_do_update(index_elements=[NodeRow.name], set_=values)
+            )
+        return _audit(conn, actor=actor, kind="Node", name=n.name, before=before, after=after)
+
+
+def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
+    with atomic(conn):
+        created = conn.execute(
+            pg_insert(CohortRow)
+            .values(name=c.name)
+            .on_conflict_do_nothing()
+            .returning(CohortRow.name)
+        ).first()
+        if created is None:
+            return False
+        return _audit(
+            conn, actor=actor, kind="Cohort", name=c.name, before=None, after={"name": c.name}
+        )
+
+
+def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
+    row = _one(conn, select(ClusterQueueRow.__table__).where(ClusterQueueRow.name == name))
+    if row is None:
+        return None
+    quotas = _rows(
+        conn,
+        select(ClusterQueueQuota.__table__)
+        .where(ClusterQueueQuota.cluster_queue == name)
+        .order_by(ClusterQueueQuota.position),
+    )
+    out: Json = dict(row)
+    out["flavors"] = [
+        {k: q[k] for k in ("flavor", "nominal", "borrowing_limit", "lending_limit")} for q in quotas
+    ]
+    return out
+
+
+def upsert_cluster_queue(
+    conn: Connection, cq: ClusterQueue, *, actor: str, stopped: bool = False
+) -> bool:
+    """Create or replace a ClusterQueue and its quotas; creates its cohort when missing."""
+    with atomic(conn):
+        if cq.cohort is not None:
+            upsert_cohort(conn, Cohort(name=cq.cohort), actor=actor)
+        before = _cluster_queue_json(conn, cq.name)
+        after = codec.cluster_queue_json(cq, stopped=stopped)
+        if before != after:
+            row = {k: v for k, v in after.items() if k != "flavors"}
+            conn.execute(
+                pg_insert(ClusterQueueRow)
+                .values(row)
+                .on_conflict_do_update(index_elements=[ClusterQueueRow.name], set_=row)
+            )
+            conn.execute(
+                delete(ClusterQueueQuota).where(ClusterQueueQuota.cluster_queue == cq.name)
+            )
+            if after["flavors"]:
+                conn.execute(
+                    insert(ClusterQueueQuota),
+                    [
+                        {"cluster_queue": cq.name, "position": i, **q}
+                        for i, q in enumerate(after["flavors"])
+                    ],
+                )
+        return _audit(
+            conn, actor=actor, kind="ClusterQueue", name=cq.name, before=before, after=after
+        )
+
+
+def upsert_local_queue(conn: Connection, lq: LocalQueue, *, actor: str) -> bool:
+    with atomic(conn):
+        old = _one(
+            conn,
+            select(LocalQueueRow.__table__).where(
+                LocalQueueRow.namespace == lq.namespace, LocalQueueRow.name == lq.name
+            ),
+        )
+        before = None if old is None else dict(old)
+        after = codec.local_queue_json(lq)
+        if before != after:
+            conn.execute(
+                pg_insert(LocalQueueRow)
+                .values(after)
+                .on_conflict_do_update(
+                    index_elements=[LocalQueueRow.namespace, LocalQueueRow.name], set_=after
+                )
+            )
+        return _audit(
+            conn,
+            actor=actor,
+            kind="LocalQueue",
+            name=f"{lq.namespace}/{lq.name}",
+            before=before,
+            after=after,
+        )
+
+
+def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
+    """The core Config, and the names of the stopped ClusterQueues.
+
+    A stopped ClusterQueue stays in the Config, so its admitted workloads keep
+    holding their quota; the caller withholds its pending workloads.
+    """
+    quotas: dict[str, list[FlavorQuota]] = {}
+    for q in _rows(
+        conn,
+        select(ClusterQueueQuota.__table__).order_by(
+            ClusterQueueQuota.cluster_queue, ClusterQueueQuota.position
+        ),
+    ):
+        quotas.setdefault(q["cluster_queue"], []).append(
+            FlavorQuota(
+                flavor=FlavorName(q["flavor"]),
+                nominal=codec.resources(q["nominal"]),
+                borrowing_limit=codec.resources(q["borrowing_limit"]),
+                lending_limit=codec.resources(q["lending_limit"]),
+            )
+        )
+    cqs: list[ClusterQueue] = []
+    stopped: set[ClusterQueueName] = set()
+    for r in _rows(conn, select(ClusterQueueRow.__table__).order_by(ClusterQueueRow.name)):
+        name = ClusterQueueName(r["name"])
+        cqs.append(
+            ClusterQueue(
+                name=name,
+                flavors=tuple(quotas.get(name, ())),
+                cohort=None if r["cohort"] is None else CohortName(r["cohort"]),
+                weight=Fraction(r["weight"]),
+                queueing_strategy=QueueingStrategy(r["queueing_strategy"]),
+                namespaces=None if r["namespaces"] is None else frozenset(r["namespaces"]),
+                preemption=PreemptionPolicy(
+                    within_cluster_queue=WithinClusterQueue(r["within_cluster_queue"]),
+                    reclaim_within_cohort=ReclaimWithinCohort(r["reclaim_within_cohort"]),
+                ),
+            )
+        )
+        if r["stopped"]:
+            stopped.add(name)
+    config = Config.of(
+        flavors=[_flavor_of(f) for f in _rows(conn, select(Flavor.__table__))],
+        cohorts=[Cohort(name=CohortName(c["name"])) for c in _rows(conn, select(CohortRow.name))],
+        cluster_queues=cqs,
+        local_queues=[
+            LocalQueue(
+                namespace=lq["namespace"],
+                name=lq["name"],
+                cluster_queue=ClusterQueueName(lq["cluster_queue"]),
+            )
+            for lq in _rows(conn, select(LocalQueueRow.__table__))
+        ],
+        nodes=[_node_of(n) for n in _rows(conn, select(NodeRow.__table__))],
+    )
+    return config, frozenset(stopped)

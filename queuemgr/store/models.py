@@ -1,0 +1,232 @@
+"""The Postgres schema as SQLAlchemy 2 typed models: the system of record.
+
+Why it exists: every queue, quota, workload, decision and quota change lives in
+these tables; Alembic's migrations (``migrations/``) create them, and a test
+checks that ``upgrade head`` yields exactly this metadata.
+
+What must stay true:
+
+- resource vectors are JSONB objects of JSON *integers* in the core's canonical
+  units (millicores, bytes, counts). JSONB numbers are arbitrary-precision
+  numerics, so 2 TiB of memory survives exactly; floats are never written;
+- a ClusterQueue's ``weight`` is an exact fraction kept as text (``"1/3"``);
+- ``workloads.version`` grows by one on every change of a workload row, and
+  every state change is a conditional UPDATE on the expected state, so two
+  writers can never both admit (or finish, or evict) one workload;
+- ``audit_log`` is append-only (a trigger created by the migration refuses
+  UPDATE, DELETE and TRUNCATE);
+- any change here comes with a new migration; see docs/architecture.md
+  ("Store") for why each index exists.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Double,
+    Enum,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from queuemgr.core.lifecycle import WorkloadState
+
+# Stable constraint names, so that migrations can name what they drop.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Json = dict[str, Any]
+Vector = dict[str, int]
+
+# Queued means "waiting for admission": the core re-judges Inadmissible
+# workloads every cycle, since a config change can make them fit.
+QUEUED_STATES = (WorkloadState.PENDING.value, WorkloadState.INADMISSIBLE.value)
+_QUEUED_SQL = "state IN ('Pending', 'Inadmissible')"
+
+workload_state = Enum(
+    WorkloadState,
+    name="workload_state",
+    values_callable=lambda states: [s.value for s in states],
+)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        Json: JSONB,
+        Vector: JSONB,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class Flavor(Base):
+    __tablename__ = "flavors"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    node_labels: Mapped[Json] = mapped_column(server_default=text("'{}'::jsonb"))
+    taints: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+
+
+class Node(Base):
+    """A capacity snapshot of one node; its flavor follows from its labels (the core's rule)."""
+
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    labels: Mapped[Json] = mapped_column(server_default=text("'{}'::jsonb"))
+    allocatable: Mapped[Vector]
+    taints: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    schedulable: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    observed_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class CohortRow(Base):
+    __tablename__ = "cohorts"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+
+
+class ClusterQueueRow(Base):
+    __tablename__ = "cluster_queues"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    cohort: Mapped[str | None] = mapped_column(
+        Text, ForeignKey("cohorts.name", ondelete="RESTRICT"), index=True
+    )
+    weight: Mapped[str] = mapped_column(Text, server_default=text("'1'"))
+    queueing_strategy: Mapped[str] = mapped_column(Text, server_default=text("'BestEffortFIFO'"))
+    namespaces: Mapped[list[str] | None] = mapped_column(JSONB)  # NULL: any namespace
+    within_cluster_queue: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
+    reclaim_within_cohort: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
+    stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+
+
+class ClusterQueueQuota(Base):
+    """One flavor's budget in a ClusterQueue; ``position`` is the flavor preference order."""
+
+    __tablename__ = "cluster_queue_quotas"
+    __table_args__ = (UniqueConstraint("cluster_queue", "position"),)
+    cluster_queue: Mapped[str] = mapped_column(
+        Text, ForeignKey("cluster_queues.name", ondelete="CASCADE"), primary_key=True
+    )
+    flavor: Mapped[str] = mapped_column(
+        Text, ForeignKey("flavors.name", ondelete="RESTRICT"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    nominal: Mapped[Vector]
+    borrowing_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
+    lending_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
+
+
+class LocalQueueRow(Base):
+    # No foreign key to cluster_queues: a LocalQueue pointing nowhere is a state
+    # the core reports (its workloads are unroutable), not a corrupt row.
+    __tablename__ = "local_queues"
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    cluster_queue: Mapped[str] = mapped_column(Text, index=True)
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+    __table_args__ = (
+        UniqueConstraint("namespace", "name"),
+        Index(
+            "ix_workloads_queued",
+            "namespace",
+            "local_queue",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text(_QUEUED_SQL),
+        ),
+        Index(
+            "ix_workloads_admitted",
+            "cluster_queue",
+            postgresql_where=text("state = 'Admitted'"),
+        ),
+    )
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text)
+    # No foreign key: a workload may name a LocalQueue that does not exist (yet).
+    local_queue: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    created_at: Mapped[datetime]
+    max_runtime: Mapped[float | None] = mapped_column(Double)  # seconds
+    state: Mapped[WorkloadState] = mapped_column(workload_state, server_default=text("'Pending'"))
+    reason: Mapped[str] = mapped_column(Text, server_default=text("'Created'"))
+    message: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    state_since: Mapped[datetime] = mapped_column(server_default=func.now())
+    # The admission, set while Admitted (kept after Finished as history).
+    admitted_at: Mapped[datetime | None]
+    cluster_queue: Mapped[str | None] = mapped_column(Text)
+    flavor: Mapped[str | None] = mapped_column(Text)
+    borrowing: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    finished_at: Mapped[datetime | None]
+    version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+
+
+class PodSetRow(Base):
+    __tablename__ = "pod_sets"
+    __table_args__ = (UniqueConstraint("workload_id", "name"),)
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+    count: Mapped[int] = mapped_column(Integer)
+    requests: Mapped[Vector]
+    node_selector: Mapped[Json] = mapped_column(server_default=text("'{}'::jsonb"))
+    tolerations: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+
+
+class PlacementRow(Base):
+    __tablename__ = "placements"
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    pod_set: Mapped[str] = mapped_column(Text, primary_key=True)
+    # No foreign key to nodes: a node may vanish while its pods are accounted.
+    node: Mapped[str] = mapped_column(Text, primary_key=True, index=True)
+    count: Mapped[int] = mapped_column(Integer)
+
+
+class AuditLogRow(Base):
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_object", "object_kind", "object_name", "at"),)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    at: Mapped[datetime] = mapped_column(server_default=func.now())
+    db_role: Mapped[str] = mapped_column(Text, server_default=text("CURRENT_USER"))
+    actor: Mapped[str] = mapped_column(Text)  # OS or Kubernetes user
+    action: Mapped[str] = mapped_column(Text)  # create, update, delete
+    object_kind: Mapped[str] = mapped_column(Text)
+    object_name: Mapped[str] = mapped_column(Text)
+    before: Mapped[Json | None]
+    after: Mapped[Json | None]
+
+
+class UsageSample(Base):
+    __tablename__ = "usage_samples"
+    __table_args__ = (Index("ix_usage_samples_cq_at", "cluster_queue", "at"),)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    at: Mapped[datetime]
+    cluster_queue: Mapped[str] = mapped_column(Text)
+    local_queue: Mapped[str | None] = mapped_column(Text)  # "namespace/name"
+    resource: Mapped[str] = mapped_column(Text)
+    value: Mapped[Decimal] = mapped_column(Numeric)

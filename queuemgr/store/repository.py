@@ -1,0 +1,57 @@
+"""What one scheduling cycle reads from the store, as the core's own inputs.
+
+Why it exists: the service's cycle is "load, ``schedule``, persist, apply";
+:func:`load_state` is the load, and its result builds the snapshot with
+:func:`queuemgr.core.snapshot.build_snapshot`, exactly as the simulator does.
+
+What must stay true: the config and the workloads are read in one
+REPEATABLE READ transaction, so a cycle never sees a queue's new quota with
+the old set of admitted workloads (or the other way round); pending workloads
+of a stopped ClusterQueue are withheld from the core, while its admitted ones
+keep holding quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload, WorkloadId
+from queuemgr.core.snapshot import Config, Snapshot, build_snapshot
+from queuemgr.store.config import load_config
+from queuemgr.store.workloads import load_workloads
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredState:
+    config: Config
+    pending: tuple[Workload, ...]
+    admitted: tuple[AdmittedWorkload, ...]
+    stopped: frozenset[ClusterQueueName] = frozenset()
+    # Stored (state, reason, message) of the queued workloads: persist_decisions'
+    # ``previous``, so a cycle writes only the statuses it changed.
+    statuses: Mapping[WorkloadId, tuple[WorkloadState, str, str]] = field(default_factory=dict)
+
+    def snapshot(self) -> Snapshot:
+        return build_snapshot(self.config, admitted=self.admitted, pending=self.pending)
+
+
+def load_state(engine: Engine) -> StoredState:
+    """Config plus queued and admitted workloads, read from one consistent snapshot."""
+    connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    with connection as conn, conn.begin():
+        config, stopped = load_config(conn)
+        loaded = load_workloads(conn)
+    pending = loaded.pending
+    if stopped:
+        pending = tuple(w for w in pending if config.route(w) not in stopped)
+    return StoredState(
+        config=config,
+        pending=pending,
+        admitted=loaded.admitted,
+        stopped=stopped,
+        statuses=loaded.statuses,
+    )

@@ -1,0 +1,116 @@
+"""Config objects round-trip exactly, and every change leaves an audit row."""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from queuemgr.core.model import ClusterQueueName, QueueingStrategy
+from queuemgr.store.config import load_config, upsert_cluster_queue, upsert_node
+from queuemgr.store.repository import load_state
+from queuemgr.store.workloads import insert_workload
+from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
+
+pytestmark = pytest.mark.integration
+
+
+def _audit(engine: Engine) -> list[sa.Row[tuple[object, ...]]]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text(
+                    "SELECT db_role, actor, action, object_kind, object_name, before, after "
+                    "FROM audit_log ORDER BY id"
+                )
+            )
+        )
+
+
+def test_config_round_trips_to_identical_core_objects(engine: Engine) -> None:
+    seed_config(engine)
+    with engine.connect() as conn:
+        config, stopped = load_config(conn)
+    assert config.flavors == {H100.name: H100}
+    assert config.cluster_queues == {CQ.name: CQ}
+    assert config.local_queues == {LQ.key: LQ}
+    assert config.nodes == {n.name: n for n in NODES}
+    assert set(config.cohorts) == {CQ.cohort}
+    assert stopped == frozenset()
+
+
+def test_every_change_is_audited_with_before_after_and_role(engine: Engine) -> None:
+    seed_config(engine, actor="k8s:alice")
+    rows = _audit(engine)
+    assert [(r.action, r.object_kind) for r in rows] == [
+        ("create", "ResourceFlavor"),
+        ("create", "Node"),
+        ("create", "Node"),
+        ("create", "Cohort"),
+        ("create", "ClusterQueue"),
+        ("create", "LocalQueue"),
+    ]
+    with engine.connect() as conn:
+        role = conn.execute(sa.text("SELECT current_user")).scalar_one()
+    assert {r.db_role for r in rows} == {role}
+    assert {r.actor for r in rows} == {"k8s:alice"}
+
+    bigger = dataclasses.replace(
+        CQ,
+        weight=Fraction(3, 2),
+        queueing_strategy=QueueingStrategy.STRICT_FIFO,
+        namespaces=frozenset({"team-a"}),
+        flavors=(dataclasses.replace(CQ.flavors[0], nominal={**CQ.flavors[0].nominal, GPU: 24}),),
+    )
+    with engine.begin() as conn:
+        assert upsert_cluster_queue(conn, bigger, actor="os:bob")
+        assert not upsert_cluster_queue(conn, bigger, actor="os:bob")  # no change, no row
+        assert not upsert_node(conn, NODES[0], actor="os:bob")
+    last = _audit(engine)[-1]
+    assert (last.action, last.object_name, last.actor) == ("update", "team-a", "os:bob")
+    assert last.before["flavors"][0]["nominal"]["nvidia.com/gpu"] == 16
+    assert last.after["flavors"][0]["nominal"]["nvidia.com/gpu"] == 24
+    assert last.after["weight"] == "3/2"
+    assert len(_audit(engine)) == 7
+    with engine.connect() as conn:
+        assert load_config(conn)[0].cluster_queues[bigger.name] == bigger
+
+
+def test_a_failed_change_leaves_no_audit_row(engine: Engine) -> None:
+    seed_config(engine)
+    missing_flavor = dataclasses.replace(
+        CQ,
+        name=ClusterQueueName("team-b"),
+        cohort=None,
+        flavors=(dataclasses.replace(CQ.flavors[0], flavor="a100"),),
+    )
+    with pytest.raises(sa.exc.IntegrityError), engine.begin() as conn:
+        upsert_cluster_queue(conn, missing_flavor, actor="os:bob")
+    assert len(_audit(engine)) == 6
+
+
+def test_audit_log_is_append_only(engine: Engine) -> None:
+    seed_config(engine)
+    for statement in (
+        "UPDATE audit_log SET actor = 'x'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ):
+        with pytest.raises(DBAPIError, match="append-only"), engine.begin() as conn:
+            conn.execute(sa.text(statement))
+    assert len(_audit(engine)) == 6
+
+
+def test_a_stopped_queue_admits_nothing_but_keeps_its_config(engine: Engine) -> None:
+
+    seed_config(engine)
+    with engine.begin() as conn:
+        upsert_cluster_queue(conn, CQ, actor="os:bob", stopped=True)
+        insert_workload(conn, gang("a"))
+    state = load_state(engine)
+    assert state.stopped == {CQ.name} and CQ.name in state.config.cluster_queues
+    assert state.pending == ()

@@ -1,0 +1,183 @@
+"""Workloads through the store: exact round trips, atomic cycles, never admitted twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from queuemgr.core.cycle import schedule
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, WorkloadId
+from queuemgr.core.reasons import PendingReason
+from queuemgr.store import workloads as store
+from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import evict, mark_finished, requeue
+from tests.integration.store.helpers import CQ, MEM, gang, seed_config
+
+pytestmark = pytest.mark.integration
+NOW = 1_700_000_100.0
+
+
+def _states(engine: Engine) -> dict[str, tuple[str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, state::text, version FROM workloads"))
+        return {r.name: (r.state, r.version) for r in rows}
+
+
+def _placements(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM placements")).scalar_one())
+
+
+def test_insert_and_load_round_trip_exactly(engine: Engine) -> None:
+    huge = dataclasses.replace(
+        gang("huge"), max_runtime=3600.25, priority=-3, created_at=1_700_000_000.123456
+    )
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+        store.insert_workload(conn, huge)
+    state = load_state(engine)
+    assert {w.id: w for w in state.pending} == {w.id: w for w in (gang("a"), huge)}
+    loaded = next(w for w in state.pending if w.name == "huge")
+    assert loaded.pod_sets == huge.pod_sets
+    assert loaded.pod_sets[0].requests[MEM] == 512 * 2**30 > 2**32
+    assert type(loaded.pod_sets[0].requests[MEM]) is int
+
+
+def test_duplicate_workload_is_refused(engine: Engine) -> None:
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+    with pytest.raises(store.WorkloadExists), engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+
+
+def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        for name, pods in (("fits", 2), ("waits", 2)):
+            store.insert_workload(conn, gang(name, pods=pods))
+    before = load_state(engine)
+    decisions = schedule(before.snapshot(), NOW)
+    assert [a.workload.name for a in decisions.admitted] == ["fits"]
+    with engine.connect() as conn:
+        done = store.persist_decisions(conn, decisions, now=NOW, previous=before.statuses)
+        conn.commit()
+    assert done.admitted == 1 and done.statuses_written == 1
+    after = load_state(engine)
+    assert after.admitted == decisions.admitted
+    assert [w.name for w in after.pending] == ["waits"]
+    # Nothing changed since: the next cycle writes no status at all.
+    again = schedule(after.snapshot(), NOW + 1)
+    with engine.begin() as conn:
+        assert store.persist_decisions(conn, again, now=NOW + 1, previous=after.statuses) == (
+            store.Persisted(admitted=0, statuses_written=0)
+        )
+    assert _states(engine)["waits"][0] == "Pending"
+
+
+def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("too-big", pods=4))  # 32 GPUs > 16 + 8
+    state = load_state(engine)
+    decisions = schedule(state.snapshot(), NOW)
+    assert decisions.pending[WorkloadId("team-a/too-big")].reason is PendingReason.INADMISSIBLE
+    with engine.begin() as conn:
+        store.persist_decisions(conn, decisions, now=NOW, previous=state.statuses)
+    assert _states(engine)["too-big"][0] == "Inadmissible"
+    assert [w.name for w in load_state(engine).pending] == ["too-big"]  # still judged
+
+
+def test_decisions_are_all_or_nothing(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+        store.insert_workload(conn, gang("b", pods=3))
+    state = load_state(engine)
+    decisions = schedule(state.snapshot(), NOW)
+    snapshot_before = _states(engine)
+
+    # An admission of a workload that does not exist, after a real one.
+    ghost = AdmittedWorkload(
+        workload=gang("ghost"),
+        admission=Admission(
+            workload=WorkloadId("team-a/ghost"),
+            cluster_queue=CQ.name,
+            flavor=FlavorName("h100"),
+            placements=decisions.admitted[0].admission.placements,
+        ),
+        admitted_at=NOW,
+    )
+    bad = dataclasses.replace(decisions, admitted=(*decisions.admitted, ghost))
+    with pytest.raises(store.StateConflict, match="ghost"), engine.connect() as conn:
+        store.persist_decisions(conn, bad, now=NOW)
+    assert _states(engine) == snapshot_before and _placements(engine) == 0
+
+    # A failure after admissions and placements were written, before the statuses.
+    def boom(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(store, "_write_statuses", boom)
+    with pytest.raises(RuntimeError, match="injected"), engine.connect() as conn:
+        store.persist_decisions(conn, decisions, now=NOW)
+    assert _states(engine) == snapshot_before and _placements(engine) == 0
+
+
+def test_a_workload_is_never_admitted_twice(engine: Engine) -> None:
+    """Two schedulers decide on the same snapshot; the second commit must fail whole."""
+    seed_config(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+    state = load_state(engine)
+    decisions = schedule(state.snapshot(), NOW)
+    first = engine.connect()
+    first.begin()
+    store.persist_decisions(first, decisions, now=NOW)  # holds the row lock, uncommitted
+    outcome: list[BaseException | None] = []
+
+    def second() -> None:
+        try:
+            with engine.connect() as conn:
+                store.persist_decisions(conn, decisions, now=NOW + 1)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=second)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive(), "the second writer must wait for the first one's row lock"
+    first.commit()
+    first.close()
+    t.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], store.StateConflict)
+    assert _states(engine)["a"] == ("Admitted", 2)
+    assert _placements(engine) == 1
+
+
+def test_finish_evict_requeue_free_placements(engine: Engine) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, gang("a"))
+        store.insert_workload(conn, gang("b"))
+    decisions = schedule(load_state(engine).snapshot(), NOW)
+    with engine.begin() as conn:
+        store.persist_decisions(conn, decisions, now=NOW)
+    assert _placements(engine) == 2
+    a, b = WorkloadId("team-a/a"), WorkloadId("team-a/b")
+    with engine.begin() as conn:
+        mark_finished(conn, a, now=NOW + 10)
+        evict(conn, b, now=NOW + 10, reason="Preempted")
+    assert _placements(engine) == 0
+    assert {k: v[0] for k, v in _states(engine).items()} == {"a": "Finished", "b": "Evicted"}
+    with pytest.raises(store.StateConflict), engine.begin() as conn:
+        mark_finished(conn, a, now=NOW + 11)  # already finished
+    with engine.begin() as conn:
+        requeue(conn, b, now=NOW + 12)
+    state = load_state(engine)
+    assert [w.name for w in state.pending] == ["b"] and state.admitted == ()
+    assert state.statuses[b][0] is WorkloadState.PENDING
