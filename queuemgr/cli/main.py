@@ -23,8 +23,9 @@ import click
 
 from queuemgr.cli.db import db
 from queuemgr.sim.engine import Engine
+from queuemgr.sim.knobs import override_policy
 from queuemgr.sim.report import EventWriter, print_table, summarize
-from queuemgr.sim.scenario import load_scenario, override_policy
+from queuemgr.sim.scenario import load_scenario
 from queuemgr.sim.trace import load_trace
 from queuemgr.sim.yamlcheck import InputError
 

@@ -44,9 +44,9 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool
-from queuemgr.core.policy import PreemptorAdmission
+from queuemgr.core.policy import Ordering, PreemptorAdmission
 from queuemgr.core.preemption import Preemptor, may_preempt
-from queuemgr.core.queues import Cursor
+from queuemgr.core.queues import Cursor, Rank
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
@@ -119,6 +119,9 @@ class _Cycle:
         )
         self.evictions: list[Eviction] = []
         self.planner = Planner(snapshot)
+        self.rank: Rank | None = None
+        if snapshot.policy.ordering is Ordering.USAGE:
+            self.rank = self._usage_rank
         self.guards: list[Guard] = []
         self.reservations: dict[WorkloadId, Reservation] = {}
 
@@ -131,14 +134,31 @@ class _Cycle:
             checks[fq.flavor] = check
             if check.fits:
                 if check.borrowing:
-                    infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
-                    share = math.inf if infinite else float(exact)
+                    if self.rank is not None:
+                        share = self._usage_share(cq, w)
+                    else:
+                        infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
+                        share = math.inf if infinite else float(exact)
                     key = (_BORROWING, share, -w.priority, w.created_at, w.id)
                 else:
                     key = (_NOMINAL, _NO_SHARE, -w.priority, w.created_at, w.id)
                 return (key, cq.name, _Nomination(fq.flavor, checks, self.ledger.version))
         key = (_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id)
         return (key, cq.name, _Nomination(None, checks, self.ledger.version))
+
+    def _usage_share(self, cq: ClusterQueue, w: Workload) -> float:
+        """Decayed usage of w's LocalQueue per its ClusterQueue's weight."""
+        used = self.snapshot.queue_usage.get((w.namespace, w.queue), 0.0)
+        if cq.weight == 0:
+            return math.inf if used > 0 else 0.0
+        return used / float(cq.weight)
+
+    def _usage_rank(self, w: Workload) -> tuple[object, ...]:
+        # The LocalQueue's key comes first, so each run (one LocalQueue) stays in order.
+        cq = self.snapshot.config.queue_for(w)
+        queue = self.snapshot.config.cluster_queues[cq] if cq is not None else None
+        share = self._usage_share(queue, w) if queue is not None else 0.0
+        return (share, w.namespace, w.queue, *w.order_key)
 
     # -- phase 5: admit ---------------------------------------------------
     def try_admit(
@@ -292,7 +312,7 @@ class _Cycle:
             cq = config.cluster_queues.get(name)
             if cq is None:
                 continue
-            cur = Cursor(self.snapshot.pending[name])
+            cur = Cursor(self.snapshot.pending[name], self.rank)
             cursors[name] = cur
             head = cur.head()
             if head is not None:
@@ -354,6 +374,7 @@ class _Cycle:
         for w in self.snapshot.unroutable:
             self.verdicts[w.id] = unroutable_verdict(config, w)
         statuses = PendingStatuses(
+            rank=self.rank,
             queues=self.snapshot.pending,
             unroutable=self.snapshot.unroutable,
             verdicts=self.verdicts,

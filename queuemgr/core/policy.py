@@ -11,7 +11,11 @@ changes nothing about the cycle's rules described in docs/scheduling.md.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from queuemgr.core.fairshare import DEFAULT_WEIGHTS
+from queuemgr.core.resources import ResourceName
 
 
 class PreemptorAdmission(enum.Enum):
@@ -21,9 +25,22 @@ class PreemptorAdmission(enum.Enum):
     AFTER_VICTIMS_STOP = "after_victims_stop"
 
 
+class Ordering(enum.Enum):
+    FIFO = "fifo"
+    USAGE = "usage"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SchedulerPolicy:
     preemptor_admission: PreemptorAdmission = PreemptorAdmission.SAME_CYCLE
     # How many blocked workloads per cycle get a reservation (0: no backfill guard,
     # Kueue's behaviour; 1: Slurm's EASY backfill; more: closer to conservative).
     reservation_depth: int = 0
+    # ``fifo``: priority, then creation. ``usage``: LocalQueues with less decayed
+    # usage (per their ClusterQueue's weight) go first, within a queue and among
+    # a cohort's borrowers.
+    ordering: Ordering = Ordering.FIFO
+    usage_half_life: float = 7 * 24 * 3600.0  # seconds
+    usage_resource_weights: Mapping[ResourceName, float] = field(
+        default_factory=lambda: dict(DEFAULT_WEIGHTS)
+    )

@@ -1,4 +1,4 @@
-"""A ClusterQueue's pending workloads, kept as one sorted run per gang shape.
+"""A ClusterQueue's pending workloads, kept as sorted runs per LocalQueue and gang shape.
 
 Why it exists: a deep queue holds thousands of workloads but only a handful of
 shapes (a 1-GPU job, an 8x8 gang...). Workloads of one shape fit or fail
@@ -15,17 +15,25 @@ replace runs, they do not edit them).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
 from queuemgr.core.model import ShapeId, Workload
 
-Runs = Mapping[ShapeId, Sequence[Workload]]
+# A run: one LocalQueue's workloads of one shape. Runs are per LocalQueue so that
+# an ordering by LocalQueue (fair share by usage) can still walk them in order.
+RunKey = tuple[str, str, ShapeId]  # (namespace, LocalQueue, shape)
+Runs = Mapping[RunKey, Sequence[Workload]]
+Rank = Callable[[Workload], tuple[object, ...]]
 
 
 def order_key(w: Workload) -> tuple[int, float, str]:
     """Order within a queue: higher priority, earlier creation, then namespace/name."""
     return w.order_key
+
+
+def run_key(w: Workload) -> RunKey:
+    return (w.namespace, w.queue, w.shape)
 
 
 class PendingQueue(Sequence[Workload]):
@@ -40,9 +48,9 @@ class PendingQueue(Sequence[Workload]):
 
     @staticmethod
     def of(workloads: Iterable[Workload]) -> PendingQueue:
-        runs: dict[ShapeId, list[Workload]] = {}
+        runs: dict[RunKey, list[Workload]] = {}
         for w in workloads:
-            runs.setdefault(w.shape, []).append(w)
+            runs.setdefault(run_key(w), []).append(w)
         for run in runs.values():
             run.sort(key=order_key)
         return PendingQueue(runs)
@@ -51,6 +59,12 @@ class PendingQueue(Sequence[Workload]):
         if self._flat is None:
             self._flat = list(heapq.merge(*self.runs.values(), key=order_key))
         return self._flat
+
+    def ranked(self, rank: Rank | None) -> Iterable[Workload]:
+        """The queue in the cycle's order: queue order, or ``rank`` when one is given."""
+        if rank is None:
+            return self._merged()
+        return heapq.merge(*self.runs.values(), key=rank)
 
     def __len__(self) -> int:
         return self._len
@@ -66,42 +80,52 @@ class PendingQueue(Sequence[Workload]):
         return self._merged()[i]
 
     def __repr__(self) -> str:
-        return f"PendingQueue({len(self)} workloads, {len(self.runs)} shapes)"
+        return f"PendingQueue({len(self)} workloads, {len(self.runs)} runs)"
 
 
 class Cursor:
-    """Walks one queue head by head in queue order, and can drop a whole shape."""
+    """Walks one queue head by head in the cycle's order, and can drop a whole shape.
 
-    __slots__ = ("_heap", "_pos", "_runs")
+    ``rank`` orders workloads (queue order by default); it must agree with the
+    order of each run, which holds for any rank that puts a LocalQueue's key first.
+    """
 
-    def __init__(self, queue: PendingQueue) -> None:
+    __slots__ = ("_dropped", "_heap", "_pos", "_rank", "_runs")
+
+    def __init__(self, queue: PendingQueue, rank: Rank | None = None) -> None:
         self._runs = queue.runs
-        self._pos: dict[ShapeId, int] = {}
-        self._heap: list[tuple[tuple[int, float, str], ShapeId]] = []
-        for shape, run in queue.runs.items():
+        self._rank: Rank = rank or order_key
+        self._pos: dict[RunKey, int] = {}
+        self._dropped: set[ShapeId] = set()
+        self._heap: list[tuple[tuple[object, ...], RunKey]] = []
+        for key, run in queue.runs.items():
             if run:
-                self._pos[shape] = 0
-                self._heap.append((run[0].order_key, shape))
+                self._pos[key] = 0
+                self._heap.append((self._rank(run[0]), key))
         heapq.heapify(self._heap)
 
     def head(self) -> Workload | None:
-        if not self._heap:
+        heap = self._heap
+        while heap and heap[0][1][2] in self._dropped:
+            heapq.heappop(heap)
+        if not heap:
             return None
-        shape = self._heap[0][1]
-        return self._runs[shape][self._pos[shape]]
+        key = heap[0][1]
+        return self._runs[key][self._pos[key]]
 
     def advance(self) -> None:
-        """Move past the head; the next workload of its shape stays in line."""
-        _, shape = heapq.heappop(self._heap)
-        pos = self._pos[shape] + 1
-        self._pos[shape] = pos
-        run = self._runs[shape]
+        """Move past the head; the next workload of its run stays in line."""
+        _, key = heapq.heappop(self._heap)
+        pos = self._pos[key] + 1
+        self._pos[key] = pos
+        run = self._runs[key]
         if pos < len(run):
-            heapq.heappush(self._heap, (run[pos].order_key, shape))
+            heapq.heappush(self._heap, (self._rank(run[pos]), key))
 
     def drop_shape(self) -> None:
         """Leave the head's whole shape behind: every one of them shares its verdict."""
-        heapq.heappop(self._heap)
+        _, key = heapq.heappop(self._heap)
+        self._dropped.add(key[2])
 
     def clear(self) -> None:
         self._heap.clear()
@@ -111,11 +135,12 @@ class QueueBook:
     """The mutable side: the cache's queues, replacing runs copy-on-write."""
 
     def __init__(self) -> None:
-        self._runs: dict[ShapeId, tuple[Workload, ...]] = {}
+        self._runs: dict[RunKey, tuple[Workload, ...]] = {}
         self._view: PendingQueue | None = None
 
     def add(self, w: Workload) -> None:
-        run = list(self._runs.get(w.shape, ()))
+        rk = run_key(w)
+        run = list(self._runs.get(rk, ()))
         # Insert in queue order; runs are short enough that a copy is cheap.
         key = w.order_key
         lo, hi = 0, len(run)
@@ -126,16 +151,17 @@ class QueueBook:
             else:
                 hi = mid
         run.insert(lo, w)
-        self._runs[w.shape] = tuple(run)
+        self._runs[rk] = tuple(run)
         self._view = None
 
     def remove(self, w: Workload) -> None:
         self._view = None
-        run = tuple(x for x in self._runs[w.shape] if x is not w)
+        rk = run_key(w)
+        run = tuple(x for x in self._runs[rk] if x is not w)
         if run:
-            self._runs[w.shape] = run
+            self._runs[rk] = run
         else:
-            del self._runs[w.shape]
+            del self._runs[rk]
 
     def __bool__(self) -> bool:
         return bool(self._runs)

@@ -24,7 +24,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import FitFailure
-from queuemgr.core.queues import PendingQueue
+from queuemgr.core.queues import PendingQueue, Rank
 
 if TYPE_CHECKING:
     from queuemgr.core.reservations import Reservation
@@ -106,7 +106,9 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         shape_verdicts: Mapping[tuple[ClusterQueueName, ShapeId], Verdict],
         blocked: Mapping[ClusterQueueName, Verdict],
         admitted: frozenset[WorkloadId],
+        rank: Rank | None = None,
     ) -> None:
+        self._rank = rank
         self._queues = queues
         self._unroutable = unroutable
         self._verdicts = verdicts
@@ -140,7 +142,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             lq_pos: dict[tuple[str, str], int] = {}
             for name in sorted(self._queues):
                 cq_pos = 0
-                for w in self._queues[name]:
+                for w in self._queues[name].ranked(self._rank):
                     if w.id in self._admitted:
                         continue
                     cq_pos += 1
@@ -162,10 +164,13 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             if v.reason is not PendingReason.INADMISSIBLE:
                 continue
             queue = self._queues.get(cq)
-            for w in queue.runs.get(shape, ()) if queue is not None else ():
-                if w.id not in seen:
-                    seen.add(w.id)
-                    out.append(w.id)
+            for key, run in queue.runs.items() if queue is not None else ():
+                if key[2] != shape:
+                    continue
+                for w in run:
+                    if w.id not in seen:
+                        seen.add(w.id)
+                        out.append(w.id)
         return out
 
     def __getitem__(self, wid: WorkloadId) -> PendingStatus:

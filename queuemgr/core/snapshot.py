@@ -122,6 +122,8 @@ class Snapshot:
     # without it the cycle groups the nodes it needs itself.
     node_index: FreeIndex | None = None
     policy: SchedulerPolicy = field(default_factory=SchedulerPolicy)
+    # Decayed usage per LocalQueue (core.fairshare), for ``ordering: usage``.
+    queue_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]

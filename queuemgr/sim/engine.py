@@ -20,6 +20,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Callable, Sequence
@@ -27,10 +28,11 @@ from dataclasses import dataclass, field
 
 from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import schedule
+from queuemgr.core.fairshare import UsageTracker
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
-from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.policy import Ordering, SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
-from queuemgr.core.snapshot import Config, Snapshot
+from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
 from queuemgr.sim.invariants import InvariantChecker
 from queuemgr.sim.scenario import SimWorkload
 from queuemgr.sim.yamlcheck import InputError
@@ -98,6 +100,13 @@ class Engine:
     ) -> None:
         self.config = config
         self.cache = Cache(config, policy)
+        policy = policy or SchedulerPolicy()
+        # Decayed usage per LocalQueue, kept only when the ordering reads it.
+        self.usage: UsageTracker | None = None
+        if policy.ordering is Ordering.USAGE:
+            self.usage = UsageTracker(
+                half_life=policy.usage_half_life, weights=policy.usage_resource_weights
+            )
         self.emit = emit
         self.observer = observer
         self.checker = InvariantChecker(config)
@@ -136,6 +145,8 @@ class Engine:
             if until is not None and now > until:
                 break
             res.end_time = now
+            if self.usage is not None:
+                self.usage.advance(now)
             while finishes and finishes[0][0] == now:
                 wid = heapq.heappop(finishes)[1]
                 if self._finish_at.get(wid) == now:  # else that run was evicted
@@ -178,6 +189,8 @@ class Engine:
     def _cycle(self, now: float) -> None:
         res = self.result
         snapshot = self.cache.snapshot()
+        if self.usage is not None:
+            snapshot = dataclasses.replace(snapshot, queue_usage=self.usage.usage())
         started = time.perf_counter()
         decisions = schedule(snapshot, now)
         took = time.perf_counter() - started
@@ -193,6 +206,8 @@ class Engine:
             runtime, limited = self._runtime.pop(wid)
             del self._route[wid]
             self._running[wid] = _Running(admitted=a, gpus=a.workload.gpus, limited=limited)
+            if self.usage is not None:
+                self.usage.hold((a.workload.namespace, a.workload.queue), admitted_requests(a), 1)
             heapq.heappush(self._finishes, (now + runtime, wid))
             self._finish_at[wid] = now + runtime
             res.admitted += 1
@@ -243,6 +258,9 @@ class Engine:
         """Take a run off the cluster and account the GPU-seconds it used."""
         run = self._running.pop(wid)
         self.cache.remove_admitted(wid)
+        if self.usage is not None:
+            w = run.admitted.workload
+            self.usage.hold((w.namespace, w.queue), admitted_requests(run.admitted), -1)
         self.checker.forget(wid)
         a = run.admitted
         stats = self.result.queues[a.admission.cluster_queue]

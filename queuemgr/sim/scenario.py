@@ -13,7 +13,7 @@ change both together.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,9 +32,10 @@ from queuemgr.core.model import (
     ResourceFlavor,
     Workload,
 )
-from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.snapshot import Config
 from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.knobs import parse_policy
 from queuemgr.sim.objects import (
     parse_pod_set,
     parse_preemption,
@@ -94,37 +95,6 @@ def parse_scenario(raw: object) -> Scenario:
         nodes=nodes,
     )
     return Scenario(config=config, workloads=tuple(workloads), policy=policy)
-
-
-def override_policy(
-    policy: SchedulerPolicy, overrides: Iterable[str], path: str
-) -> SchedulerPolicy:
-    """``policy`` with ``KNOB=VALUE`` overrides applied, checked like the file's own knobs."""
-    raw: dict[str, object] = {
-        "reservation_depth": policy.reservation_depth,
-        "preemptor_admission": policy.preemptor_admission.value,
-    }
-    for item in overrides:
-        knob, sep, value = item.partition("=")
-        if not sep or not knob:
-            raise ScenarioError(f"{path}: expected KNOB=VALUE, got {item!r}")
-        raw[knob] = yaml.safe_load(value)
-    return parse_policy(raw, path)
-
-
-def parse_policy(raw: object, path: str) -> SchedulerPolicy:
-    """The ``scheduler:`` knobs; each is documented in docs/scheduling.md."""
-    m = y.mapping(raw, path, optional=("reservation_depth", "preemptor_admission"))
-    depth = y.integer(m.get("reservation_depth", 0), at(path, "reservation_depth"), minimum=0)
-    admission = m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value)
-    choices = [p.value for p in PreemptorAdmission]
-    if admission not in choices:
-        raise ScenarioError(
-            f"{at(path, 'preemptor_admission')}: expected one of {choices}, got {admission!r}"
-        )
-    return SchedulerPolicy(
-        reservation_depth=depth, preemptor_admission=PreemptorAdmission(admission)
-    )
 
 
 def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:

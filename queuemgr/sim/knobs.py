@@ -1,0 +1,103 @@
+"""The ``scheduler:`` knobs, read from YAML (a scenario file or the service's config).
+
+Why it exists: the simulator and the service take the same knobs, and a bad
+one must be refused the same way, naming the knob and the value.
+
+What must stay true: every knob has a default (docs/scheduling.md lists
+them), an unknown knob is an error, and the result is a core SchedulerPolicy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import yaml
+
+from queuemgr.core.fairshare import DEFAULT_WEIGHTS
+from queuemgr.core.policy import Ordering, PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.resources import parse_resource_name
+from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.yamlcheck import ScenarioError, at
+
+KNOBS = (
+    "reservation_depth",
+    "preemptor_admission",
+    "ordering",
+    "usage_half_life",
+    "usage_resource_weights",
+)
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(raw: object, path: str) -> float:
+    """Seconds from ``3600``, ``90m``, ``12h``, ``7d`` or ``2w``; must be positive."""
+    if isinstance(raw, bool):
+        raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
+    if isinstance(raw, int | float):
+        seconds = float(raw)
+    else:
+        match = _DURATION.match(str(raw).strip())
+        if not match:
+            raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
+        seconds = float(match[1]) * _UNIT[match[2]]
+    if seconds <= 0:
+        raise ScenarioError(f"{path}: must be positive, got {raw!r}")
+    return seconds
+
+
+def _choice(raw: object, path: str, choices: list[str]) -> str:
+    if raw not in choices:
+        raise ScenarioError(f"{path}: expected one of {choices}, got {raw!r}")
+    return str(raw)
+
+
+def parse_policy(raw: object, path: str) -> SchedulerPolicy:
+    m = y.mapping(raw, path, optional=KNOBS)
+    depth = y.integer(m.get("reservation_depth", 0), at(path, "reservation_depth"), minimum=0)
+    admission = _choice(
+        m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value),
+        at(path, "preemptor_admission"),
+        [p.value for p in PreemptorAdmission],
+    )
+    ordering = _choice(
+        m.get("ordering", Ordering.FIFO.value), at(path, "ordering"), [o.value for o in Ordering]
+    )
+    half_life = parse_duration(m.get("usage_half_life", "7d"), at(path, "usage_half_life"))
+    weights = dict(DEFAULT_WEIGHTS)
+    if "usage_resource_weights" in m:
+        wpath = at(path, "usage_resource_weights")
+        raw_weights = m["usage_resource_weights"]
+        if not isinstance(raw_weights, dict) or not raw_weights:
+            raise ScenarioError(f"{wpath}: expected a mapping of resource to weight")
+        weights = {
+            parse_resource_name(k, field=at(wpath, str(k))): y.number(v, at(wpath, str(k)))
+            for k, v in raw_weights.items()
+        }
+    return SchedulerPolicy(
+        reservation_depth=depth,
+        preemptor_admission=PreemptorAdmission(admission),
+        ordering=Ordering(ordering),
+        usage_half_life=half_life,
+        usage_resource_weights=weights,
+    )
+
+
+def override_policy(
+    policy: SchedulerPolicy, overrides: Iterable[str], path: str
+) -> SchedulerPolicy:
+    """``policy`` with ``KNOB=VALUE`` overrides applied, checked like the file's own knobs."""
+    raw: dict[str, object] = {
+        "reservation_depth": policy.reservation_depth,
+        "preemptor_admission": policy.preemptor_admission.value,
+        "ordering": policy.ordering.value,
+        "usage_half_life": policy.usage_half_life,
+        "usage_resource_weights": dict(policy.usage_resource_weights),
+    }
+    for item in overrides:
+        knob, sep, value = item.partition("=")
+        if not sep or not knob:
+            raise ScenarioError(f"{path}: expected KNOB=VALUE, got {item!r}")
+        raw[knob] = yaml.safe_load(value)
+    return parse_policy(raw, path)
