@@ -51,7 +51,9 @@ def test_without_reservations_the_stream_starves_the_gang() -> None:
     [
         pytest.param("reservation_depth=-1", "reservation_depth", id="negative"),
         pytest.param("reservation_depth=two", "reservation_depth", id="not-a-number"),
-        pytest.param("ordering=usage", "ordering", id="unknown-knob"),
+        pytest.param("no_such_knob=1", "no_such_knob", id="unknown-knob"),
+        pytest.param("ordering=random", "ordering", id="bad-ordering"),
+        pytest.param("usage_half_life=0", "usage_half_life", id="zero-half-life"),
         pytest.param("nonsense", "KNOB=VALUE", id="no-equals"),
     ],
 )
