@@ -360,7 +360,15 @@ class _Cycle:
         self.reservations[w.id] = reservation
         if reservation.start is not None:
             self.guards.append(
-                Guard(self.planner, cq, w, reservation, admitted_now=self.admitted, evicted=evicted)
+                Guard(
+                    self.planner,
+                    cq,
+                    w,
+                    reservation,
+                    admitted_now=self.admitted,
+                    evicted=evicted,
+                    now=self.now,
+                )
             )
         return Verdict(
             reason=verdict.reason,

@@ -81,9 +81,16 @@ class _State:
         return self.pool.place(flavor, w.pod_sets)
 
 
-def expected_end(a: AdmittedWorkload) -> float | None:
+def expected_end(a: AdmittedWorkload, now: float) -> float | None:
+    """When ``a`` is expected to end: admission + max_runtime, unknown without one.
+
+    A run already past its max_runtime (overrun policy ``extend``) has no known end
+    any more, so it counts as unknown rather than as ended.
+    """
     limit = a.workload.max_runtime
-    return None if limit is None else a.admitted_at + limit
+    if limit is None or a.admitted_at + limit < now:
+        return None
+    return a.admitted_at + limit
 
 
 class Planner:
@@ -122,11 +129,12 @@ class Planner:
         now: float,
     ) -> Reservation:
         running = [*self.running(evicted), *admitted_now]
+        ends_at = {a.workload.id: expected_end(a, now) for a in running}
         known = sorted(
-            (a for a in running if expected_end(a) is not None),
-            key=lambda a: (expected_end(a), a.workload.id),
+            (a for a in running if ends_at[a.workload.id] is not None),
+            key=lambda a: (ends_at[a.workload.id] or 0.0, a.workload.id),
         )
-        ends = [expected_end(a) or 0.0 for a in known]
+        ends = [ends_at[a.workload.id] or 0.0 for a in known]
         best: Reservation | None = None
         for fq in cq.flavors:
             flavor = fq.flavor
@@ -150,7 +158,7 @@ class Planner:
                 best = Reservation(workload=w.id, flavor=flavor, start=start, placements=placements)
         if best is not None:
             return best
-        unknown = tuple(sorted(a.workload.id for a in running if expected_end(a) is None))
+        unknown = tuple(sorted(wid for wid, end in ends_at.items() if end is None))
         return Reservation(workload=w.id, flavor=None, start=None, unknown_because=unknown)
 
 
@@ -166,13 +174,17 @@ class Guard:
         *,
         admitted_now: Sequence[AdmittedWorkload],
         evicted: Mapping[WorkloadId, AdmittedWorkload],
+        now: float,
     ) -> None:
         assert reservation.start is not None and reservation.flavor is not None
         self.cq, self.w, self.reservation = cq, w, reservation
         start = reservation.start
         running = planner.running(evicted)
         released = [
-            a for a in [*running, *admitted_now] if (expected_end(a) or float("inf")) <= start
+            a
+            for a in [*running, *admitted_now]
+            # A run past its limit (overrun policy extend) is still there, as far as is known.
+            if (expected_end(a, now) or float("inf")) <= start
         ]
         # The world at the reservation's start, as far as is known now.
         self._at_start = planner.state(admitted_now, evicted.values(), released)
