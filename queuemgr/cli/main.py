@@ -22,6 +22,7 @@ from typing import IO
 import click
 
 from queuemgr.cli.db import db
+from queuemgr.cli.serve import serve
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.knobs import override_policy
 from queuemgr.sim.report import EventWriter, print_table, summarize
@@ -39,6 +40,7 @@ def main() -> None:
 
 
 main.add_command(db)
+main.add_command(serve)
 
 
 @main.command()

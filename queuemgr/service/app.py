@@ -1,0 +1,146 @@
+"""The composition root: the one place that picks adapters and wires the service together.
+
+Why it exists: the loop, the elector, the listener and the HTTP server only
+know ports and each other's narrow methods; :class:`Service` builds the
+concrete pieces (store engine, backend, metrics, APScheduler job) from a
+:class:`~queuemgr.service.config.ServiceConfig` and starts and stops them in
+order.
+
+What must stay true: the service never migrates the database (an operator
+runs ``queuemgr db upgrade``); nodes and queues from the simulated cluster file
+are upserted with an audit row and a NOTIFY before the loop starts; stopping
+releases the leader lock so a standby takes over at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.core.model import Node
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.config import ServiceConfig
+from queuemgr.service.http import HttpServer
+from queuemgr.service.leader import LeaderElector
+from queuemgr.service.listener import NotifyListener
+from queuemgr.service.loop import SchedulerLoop
+from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
+from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
+from queuemgr.store import config as store_config
+from queuemgr.store.database import DatabaseError, check_connection, create_engine, resolve_url
+from queuemgr.store.notify import notify
+
+log = logging.getLogger(__name__)
+
+
+def _seed_cluster(engine: Engine, config: ServiceConfig) -> list[Node]:
+    """Upsert the cluster file's objects; returns its nodes for the simulated backend."""
+    if config.cluster_file is None:
+        return []
+    cluster = load_cluster_file(config.cluster_file)
+    actor = store_config.os_actor()
+    with engine.begin() as conn:
+        for f in cluster.flavors.values():
+            store_config.upsert_flavor(conn, f, actor=actor)
+        for n in cluster.nodes.values():
+            store_config.upsert_node(conn, n, actor=actor)
+        for cq in cluster.cluster_queues.values():
+            store_config.upsert_cluster_queue(conn, cq, actor=actor)
+        for lq in cluster.local_queues.values():
+            store_config.upsert_local_queue(conn, lq, actor=actor)
+        notify(conn, "config")
+    return list(cluster.nodes.values())
+
+
+class Service:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        backend: ClusterBackend | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        env = {} if config.database_url is None else {"QUEUEMGR_DATABASE_URL": config.database_url}
+        self.engine = create_engine(resolve_url(env))
+        check_connection(self.engine)
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT 1 FROM workloads LIMIT 0"))
+        except SQLAlchemyError:
+            raise DatabaseError(
+                "the database has no queuemgr schema: run `queuemgr db upgrade`"
+            ) from None
+        nodes = _seed_cluster(self.engine, config)
+        self.backend: ClusterBackend = backend or SimulatedBackend(
+            nodes, self.clock, default_runtime=config.default_runtime
+        )
+        self.metrics = SchedulerMetrics()
+        self.elector = LeaderElector(
+            self.engine, replica=config.replica, metrics=self.metrics, on_elected=self._wake
+        )
+        self.loop = SchedulerLoop(
+            engine=self.engine,
+            backend=self.backend,
+            clock=self.clock,
+            elector=self.elector,
+            metrics=self.metrics,
+            policy=config.policy,
+            safety_interval=config.cycle_interval,
+        )
+        self.listener = NotifyListener(self.engine, self.loop.wake)
+        self.jobs = BackgroundScheduler(daemon=True)
+        self.jobs.add_job(self.loop.request_safety_cycle, "interval", seconds=config.cycle_interval)
+        self.http = HttpServer(
+            host=config.http_host,
+            port=config.http_port,
+            metrics=self.metrics,
+            healthy=self._healthy,
+            ready=self._ready,
+        )
+        self._stopped = threading.Event()
+
+    def _wake(self) -> None:
+        self.loop.wake()
+
+    def _healthy(self) -> tuple[bool, str]:
+        return (True, "process sound") if self.loop.running else (False, "loop thread stopped")
+
+    def _ready(self) -> tuple[bool, str]:
+        if not self.loop.running:
+            return False, "loop not running"
+        try:
+            check_connection(self.engine)
+        except DatabaseError as exc:
+            return False, str(exc)
+        role = "leader" if self.elector.is_leader else "standby"
+        return True, f"database reachable, loop running ({role})"
+
+    def start(self) -> None:
+        self.http.start()
+        self.loop.start()
+        self.listener.start()
+        self.elector.start()
+        self.jobs.start()
+        log.info(
+            "queuemgr serve: replica %s, http on %s:%d", self.config.replica, *self.http.address
+        )
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self.jobs.shutdown(wait=False)
+        self.elector.stop()
+        self.listener.stop()
+        self.loop.stop()
+        self.http.stop()
+        self.engine.dispose()
+
+    def wait(self) -> None:
+        self._stopped.wait()

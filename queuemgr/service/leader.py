@@ -1,0 +1,130 @@
+"""Leader election: one replica schedules, holding a Postgres session advisory lock.
+
+Why it exists: several replicas may run for availability, but two schedulers
+would admit onto the same free capacity. The lock lives on a dedicated
+connection; when the leader dies (kill -9, lost network, terminated backend)
+Postgres releases it and a standby, retrying every ``retry_interval`` (1 s),
+takes over well within 5 s.
+
+What must stay true: :attr:`token` is None unless this replica won the lock
+and its connection was alive at the last heartbeat. Holding a token is not
+proof of leadership (the process may have been paused): every decision
+transaction is fenced with :func:`queuemgr.store.leadership.fence`, which
+checks the lock in the database itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store.leadership import LeaderToken, try_acquire
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        replica: str,
+        metrics: SchedulerMetrics | None = None,
+        retry_interval: float = 1.0,
+        on_elected: Callable[[], None] | None = None,
+    ) -> None:
+        self._engine = engine
+        self.replica = replica
+        self._metrics = metrics
+        self._retry = retry_interval
+        self._on_elected = on_elected
+        self._conn: Connection | None = None
+        self._token: LeaderToken | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set_gauge(False)
+
+    @property
+    def token(self) -> LeaderToken | None:
+        return self._token
+
+    @property
+    def is_leader(self) -> bool:
+        return self._token is not None
+
+    def step(self) -> bool:
+        """One heartbeat or one attempt to acquire; returns whether this replica leads."""
+        with self._lock:
+            if self._token is not None and self._alive():
+                return True
+            if self._token is not None:
+                log.warning("replica %s lost the leader lock", self.replica)
+                self._drop()
+            try:
+                if self._conn is None:
+                    conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                    self._conn = conn
+                self._token = try_acquire(self._conn)
+            except SQLAlchemyError as exc:
+                log.warning("leader election: database unavailable: %s", exc)
+                self._drop()
+                return False
+            if self._token is None:
+                return False
+            log.info("replica %s is the leader (backend %d)", self.replica, self._token.pid)
+        self._set_gauge(True)
+        if self._on_elected is not None:
+            self._on_elected()
+        return True
+
+    def _alive(self) -> bool:
+        assert self._conn is not None
+        try:
+            self._conn.execute(text("SELECT 1"))
+            return True
+        except SQLAlchemyError:
+            return False
+
+    def _drop(self) -> None:
+        """Forget the token and the connection (closing it releases the lock, if held)."""
+        self._token = None
+        self._set_gauge(False)
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.invalidate()
+                conn.close()
+            except SQLAlchemyError:
+                pass
+
+    def _set_gauge(self, leading: bool) -> None:
+        if self._metrics is not None:
+            self._metrics.set_leader(self.replica, leading)
+
+    # -- background ----------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="queuemgr-leader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # keep electing whatever happens; the loop is fenced anyway
+                log.exception("leader election step failed")
+            self._stop.wait(self._retry)
+
+    def stop(self) -> None:
+        """Stop electing and release the lock (a clean handover, no waiting for a timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            self._drop()

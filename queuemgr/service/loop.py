@@ -1,0 +1,270 @@
+"""The scheduler loop: load, ``schedule``, commit in one transaction, then apply.
+
+Why it exists: this is the service. Each cycle (only on the leader):
+
+1. finishes reported by the backend are marked finished in the store;
+2. one consistent snapshot is loaded (``store.repository.load_state``);
+3. ``schedule(snapshot, now)`` decides, with the configured policy, whose
+   ``preemptor_admission`` is ``after_victims_stop``: a preemptor is admitted
+   in a later cycle, once its victims' pods are gone;
+4. every decision of the cycle (admissions, pending reasons, evictions) is
+   committed in ONE fenced transaction; a lost leader commits nothing;
+5. only then are the decisions applied to the backend (stop victims, start
+   admitted gangs), retried with backoff until they succeed; stopped victims
+   are requeued, which wakes the next cycle for their preemptor.
+
+It runs when woken (a NOTIFY, a finish the backend expects, a new leadership)
+and on the periodic safety cycle, which also samples usage and stops gangs
+past their ``max_runtime``.
+
+What must stay true: nothing reaches the backend before it is committed, so a
+crash between the two steps loses nothing (a new leader re-starts admitted
+gangs the backend does not run); the backend is told to start a gang once
+per admission; one thread runs cycles, so the backend sees no concurrent calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.core.cycle import schedule
+from queuemgr.core.model import AdmittedWorkload, WorkloadId
+from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.reasons import Decisions
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.leader import LeaderElector
+from queuemgr.service.ports import Clock, ClusterBackend
+from queuemgr.store.leadership import LeaderToken, NotLeader, fence
+from queuemgr.store.notify import evicted_workloads, finish_workload, requeue_workload
+from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.transitions import evict
+from queuemgr.store.usage import sample_usage
+from queuemgr.store.workloads import StateConflict, persist_decisions
+
+log = logging.getLogger(__name__)
+SERVICE_POLICY = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CycleReport:
+    admitted: tuple[WorkloadId, ...]
+    evicted: tuple[WorkloadId, ...]
+    finished: tuple[WorkloadId, ...]
+    pending: int
+    duration_s: float
+
+
+class SchedulerLoop:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        backend: ClusterBackend,
+        clock: Clock,
+        elector: LeaderElector,
+        metrics: SchedulerMetrics,
+        policy: SchedulerPolicy = SERVICE_POLICY,
+        safety_interval: float = 5.0,
+    ) -> None:
+        if policy.preemptor_admission is not PreemptorAdmission.AFTER_VICTIMS_STOP:
+            raise ValueError("the service admits a preemptor only after its victims stopped")
+        self._engine = engine
+        self._backend = backend
+        self._clock = clock
+        self._elector = elector
+        self._metrics = metrics
+        self._policy = policy
+        self._safety_interval = safety_interval
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._safety_due = True
+        self._adopted: LeaderToken | None = None
+        self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
+        self._thread: threading.Thread | None = None
+        self.cycles = 0
+        self.last_error: str | None = None
+
+    # -- triggers --------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def request_safety_cycle(self) -> None:
+        self._safety_due = True
+        self._wake.set()
+
+    # -- one cycle ---------------------------------------------------------------
+    def run_once(self) -> CycleReport | None:
+        """One cycle if this replica leads (else None); raises on database errors."""
+        token = self._elector.token
+        if token is None:
+            return None
+        if token != self._adopted:
+            self._adopt(token)
+        now = self._clock.now()
+        finished = self._record_finished(now)
+        state = load_state(self._engine)
+        snapshot = dataclasses.replace(state.snapshot(), policy=self._policy)
+        safety, self._safety_due = self._safety_due, False
+        if safety:
+            self._safety(token, state, now)
+        started = time.perf_counter()
+        decisions = schedule(snapshot, now)
+        duration = time.perf_counter() - started
+        self._commit(token, decisions, state, now)
+        self._metrics.observe_cycle(snapshot, decisions, duration, now)
+        victims = [e.victim.workload.id for e in decisions.evicted]
+        self._apply(token, list(decisions.admitted), victims)
+        if finished or victims:
+            self._wake.set()  # freed capacity or requeued victims: schedule again now
+        self.cycles += 1
+        return CycleReport(
+            admitted=tuple(a.workload.id for a in decisions.admitted),
+            evicted=tuple(victims),
+            finished=tuple(finished),
+            pending=len(decisions.pending),
+            duration_s=duration,
+        )
+
+    def _commit(self, token: LeaderToken, d: Decisions, state: StoredState, now: float) -> None:
+        with self._engine.begin() as conn:
+            fence(conn, token)
+            persist_decisions(conn, d, now=now, previous=state.statuses)
+            for e in d.evicted:
+                evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
+
+    def _record_finished(self, now: float) -> list[WorkloadId]:
+        self._unreported.extend(self._backend.poll_finished(now))
+        done: list[WorkloadId] = []
+        while self._unreported:
+            wid = self._unreported[0]
+            try:
+                with self._engine.begin() as conn:
+                    finish_workload(conn, wid, now=now)
+                self._metrics.observe_finished("Succeeded")
+                done.append(wid)
+            except StateConflict:
+                log.info("finished workload %s was no longer running in the store", wid)
+            self._unreported.pop(0)
+        return done
+
+    def _safety(self, token: LeaderToken, state: StoredState, now: float) -> None:
+        with self._engine.begin() as conn:
+            sample_usage(conn, state.snapshot().usage, now=now)
+        grace = self._safety_interval
+        for a in state.admitted:
+            limit = a.workload.max_runtime
+            if limit is not None and now - a.admitted_at > limit + grace:
+                self._retry(token, partial(self._backend.stop, a.workload.id))
+                try:
+                    with self._engine.begin() as conn:
+                        finish_workload(conn, a.workload.id, now=now, reason="MaxRuntimeExceeded")
+                    self._metrics.observe_finished("MaxRuntimeExceeded")
+                except StateConflict:
+                    pass
+
+    def _apply(
+        self, token: LeaderToken, starts: list[AdmittedWorkload], stops: list[WorkloadId]
+    ) -> None:
+        for wid in stops:
+            if self._retry(token, partial(self._backend.stop, wid)):
+                self._requeue(token, wid)
+        for a in starts:
+            self._retry(token, partial(self._backend.start, a))
+
+    def _requeue(self, token: LeaderToken, wid: WorkloadId) -> None:
+        try:
+            with self._engine.begin() as conn:
+                fence(conn, token)
+                requeue_workload(conn, wid, now=self._clock.now())
+        except StateConflict:
+            log.info("victim %s was no longer evicted", wid)
+
+    def _retry(self, token: LeaderToken, action: Callable[[], None]) -> bool:
+        """Run ``action`` until it succeeds; give up only when stopping or no longer leading."""
+        delay = 0.05
+        while True:
+            try:
+                action()
+                return True
+            except Exception as exc:  # any backend failure is retried; the store is the truth
+                log.warning("applying a decision failed (%s); retrying in %.2fs", exc, delay)
+            if self._stopping.is_set() or self._elector.token != token:
+                return False  # the next leader re-applies what is committed
+            self._stopping.wait(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _adopt(self, token: LeaderToken) -> None:
+        """New leadership: run what the store says is admitted, finish what it evicted."""
+        state = load_state(self._engine)
+        running = self._backend.running()
+        for a in state.admitted:
+            if a.workload.id not in running:
+                self._retry(token, partial(self._backend.start, a))
+        with self._engine.connect() as conn:
+            victims = evicted_workloads(conn)
+        for wid in victims:
+            if self._retry(token, partial(self._backend.stop, wid)):
+                self._requeue(token, wid)
+        self._adopted = token
+
+    # -- the thread ----------------------------------------------------------------
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="queuemgr-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            self._wake.wait(self._timeout())
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            try:
+                self.run_once()
+                self.last_error = None
+                backoff = 0.1
+            except NotLeader as exc:
+                log.warning("%s", exc)
+            except StateConflict as exc:  # lost a race; the next cycle sees the new rows
+                log.warning("cycle rolled back: %s", exc)
+                self._wake.set()
+            except SQLAlchemyError as exc:
+                self.last_error = str(exc).splitlines()[0]
+                log.warning("cycle failed, database unavailable? retrying in %.1fs", backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                self._wake.set()
+            except Exception as exc:  # keep scheduling; /readyz shows the error meanwhile
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("cycle failed")
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                self._wake.set()
+
+    def _timeout(self) -> float:
+        # Sleep until the backend's next expected finish, else until the safety job wakes us.
+        nxt = self._backend.next_finish()
+        cap = max(self._safety_interval, 1.0) * 2
+        if nxt is None:
+            return cap
+        return min(cap, max(0.0, nxt - self._clock.now()) + 0.001)

@@ -1,0 +1,60 @@
+"""Writes that wake the scheduler: each one NOTIFYs channel ``queuemgr`` in its own transaction.
+
+Why it exists: the service's loop is event-driven. Rather than triggers, the
+writers that matter to it (a submission, a finish, a requeue, a quota or node
+change) call ``pg_notify`` inside the transaction that makes the change, so
+the notification is delivered if and only if the change commits, and only
+after it is visible to the woken cycle's snapshot.
+
+What must stay true: a payload is a short event kind (``submitted``,
+``finished``, ``requeued``, ``config``), never data the listener relies on:
+notifications may coalesce or be lost while a listener reconnects, so the
+loop always reloads the whole snapshot and also runs a periodic safety cycle.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+from queuemgr.core.model import Workload, WorkloadId
+from queuemgr.store.transitions import mark_finished, requeue
+from queuemgr.store.workloads import atomic, insert_workload
+
+CHANNEL = "queuemgr"
+
+
+def notify(conn: Connection, event: str) -> None:
+    """Queue a notification; Postgres delivers it when (and only if) the transaction commits."""
+    conn.execute(text("SELECT pg_notify(:channel, :event)"), {"channel": CHANNEL, "event": event})
+
+
+def submit_workload(conn: Connection, w: Workload) -> int:
+    """Insert ``w`` as Pending and wake the scheduler; WorkloadExists for a duplicate."""
+    with atomic(conn):
+        wid = insert_workload(conn, w)
+        notify(conn, "submitted")
+    return wid
+
+
+def finish_workload(
+    conn: Connection, wid: WorkloadId, *, now: float, reason: str = "Succeeded", message: str = ""
+) -> None:
+    """Mark ``wid`` finished (its placements are freed) and wake the scheduler."""
+    with atomic(conn):
+        mark_finished(conn, wid, now=now, reason=reason, message=message)
+        notify(conn, "finished")
+
+
+def requeue_workload(conn: Connection, wid: WorkloadId, *, now: float) -> None:
+    """Evicted -> Pending once its pods are gone, and wake the scheduler."""
+    with atomic(conn):
+        requeue(conn, wid, now=now)
+        notify(conn, "requeued")
+
+
+def evicted_workloads(conn: Connection) -> list[WorkloadId]:
+    """Evicted workloads not yet requeued: a new leader stops and requeues them."""
+    rows = conn.execute(
+        text("SELECT namespace, name FROM workloads WHERE state = 'Evicted' ORDER BY id")
+    )
+    return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]

@@ -1,0 +1,60 @@
+"""Building blocks for the service tests: a loop on a test database, and bounded waits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.fakes import FakeBackend
+from queuemgr.service.leader import LeaderElector
+from queuemgr.service.loop import SchedulerLoop
+from queuemgr.service.ports import SystemClock
+
+
+def make_loop(
+    engine: Engine, *, replica: str = "a", safety_interval: float = 30.0
+) -> tuple[SchedulerLoop, LeaderElector, FakeBackend]:
+    metrics = SchedulerMetrics()
+    backend = FakeBackend()
+    elector = LeaderElector(engine, replica=replica, metrics=metrics, retry_interval=0.2)
+    loop = SchedulerLoop(
+        engine=engine,
+        backend=backend,
+        clock=SystemClock(),
+        elector=elector,
+        metrics=metrics,
+        safety_interval=safety_interval,
+    )
+    elector._on_elected = loop.wake  # what the composition root wires
+    return loop, elector, backend
+
+
+def states(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, state::text AS state FROM workloads"))
+        return {r.name: r.state for r in rows}
+
+
+def placements(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT w.name, sum(p.count) AS pods FROM placements p "
+                "JOIN workloads w ON w.id = p.workload_id GROUP BY w.name"
+            )
+        )
+        return {r.name: int(r.pods) for r in rows}
+
+
+def wait_for(check: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
+    """Seconds until ``check()`` held; AssertionError after ``timeout``."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(step)
+    return time.monotonic() - started

@@ -1,0 +1,108 @@
+"""The composition root end to end: simulated backend, HTTP endpoints, config errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import Engine
+
+from queuemgr.cli.main import main
+from queuemgr.service.app import Service
+from queuemgr.service.config import ConfigError, load_config
+from queuemgr.store.notify import submit_workload
+from tests.integration.service.helpers import states, wait_for
+from tests.integration.store.helpers import gang
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = """
+flavors:
+  - {name: h100, node_labels: {gpu: h100}}
+nodes:
+  - {name: node, count: 2, flavor: h100, allocatable: {nvidia.com/gpu: 8, cpu: 96, memory: 1Ti}}
+cluster_queues:
+  - name: team-a
+    namespaces: [team-a]
+    resources:
+      - flavor: h100
+        nominal: {nvidia.com/gpu: 16, cpu: 192, memory: 2Ti}
+local_queues:
+  - {namespace: team-a, name: default, cluster_queue: team-a}
+"""
+
+
+@pytest.fixture
+def service(tmp_path: Path, database_url: str) -> Iterator[Service]:
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "serve.yaml").write_text(
+        "cluster_file: cluster.yaml\ncycle_interval: 30\nhttp_address: 127.0.0.1:0\n"
+        "scheduler: {reservation_depth: 1}\n"
+    )
+    config = load_config(tmp_path / "serve.yaml", env={"QUEUEMGR_DATABASE_URL": database_url})
+    svc = Service(config)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def _get(svc: Service, path: str) -> tuple[int, str]:
+    host, port = svc.http.address
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_runs_simulated_gangs_to_completion(service: Service, engine: Engine) -> None:
+    wait_for(lambda: service.elector.is_leader, timeout=5)
+    with engine.begin() as conn:
+        for name in ("a", "b", "c"):
+            w = dataclasses.replace(gang(name, created_at=time.time()), max_runtime=0.3)
+            w = dataclasses.replace(
+                w, pod_sets=(dataclasses.replace(w.pod_sets[0], tolerations=()),)
+            )
+            submit_workload(conn, w)
+    # Two fit at once; the third starts when one of them finishes 0.3 s later.
+    wait_for(lambda: set(states(engine).values()) == {"Finished"}, timeout=5)
+    assert _get(service, "/healthz")[0] == 200
+    status, body = _get(service, "/readyz")
+    assert status == 200 and "leader" in body
+    status, body = _get(service, "/metrics")
+    assert status == 200
+    assert 'queuemgr_leader{replica="' in body and "queuemgr_admission_attempts_total" in body
+
+
+def test_readyz_fails_when_the_loop_is_not_running(service: Service) -> None:
+    service.loop.stop()
+    assert _get(service, "/readyz")[0] == 503
+    assert _get(service, "/healthz")[0] == 503
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "named"),
+    [
+        ("cycle_interval: -1\n", {}, "cycle_interval"),
+        ("backend: kubernetes\n", {}, "backend"),
+        ("bogus: 1\n", {}, "bogus"),
+        ("scheduler: {preemptor_admission: same_cycle}\n", {}, "scheduler.preemptor_admission"),
+        ("", {"QUEUEMGR_CYCLE_INTERVAL": "soon"}, "QUEUEMGR_CYCLE_INTERVAL"),
+        ("", {"QUEUEMGR_HTTP_ADDRESS": "8080"}, "QUEUEMGR_HTTP_ADDRESS"),
+    ],
+)
+def test_a_bad_value_names_its_key(
+    tmp_path: Path, text: str, env: dict[str, str], named: str
+) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=named):
+        load_config(path, env=env)
+    result = CliRunner().invoke(main, ["serve", "--config", str(path)], env=env)
+    assert result.exit_code == 2 and named in result.output

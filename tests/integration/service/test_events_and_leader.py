@@ -1,0 +1,132 @@
+"""Running loops: NOTIFY wakes them; one leader; failover within 5 s; a lost leader is fenced."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from queuemgr.core.cycle import schedule
+from queuemgr.service.listener import NotifyListener
+from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
+from queuemgr.store.leadership import NotLeader, holder_pid
+from queuemgr.store.notify import submit_workload
+from queuemgr.store.repository import load_state
+from tests.integration.service.helpers import make_loop, placements, states, wait_for
+from tests.integration.store.helpers import gang, seed_config
+
+pytestmark = pytest.mark.integration
+
+
+def _submit(engine: Engine, name: str) -> None:
+    with engine.begin() as conn:
+        submit_workload(conn, gang(name, created_at=time.time()))
+
+
+def _terminate(engine: Engine, pid: int) -> None:
+    """What Postgres sees when the leader process dies: its lock session ends."""
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        conn.commit()
+
+
+class Replica:
+    def __init__(self, engine: Engine, name: str) -> None:
+        self.loop, self.elector, self.backend = make_loop(engine, replica=name)
+        self.listener = NotifyListener(engine, self.loop.wake)
+
+    def start(self) -> None:
+        self.loop.start()
+        self.listener.start()
+        self.elector.start()
+
+    def stop(self) -> None:
+        self.elector.stop()
+        self.listener.stop()
+        self.loop.stop()
+
+
+@pytest.fixture
+def replicas(engine: Engine) -> Iterator[list[Replica]]:
+    seed_config(engine)
+    made = [Replica(engine, "a"), Replica(engine, "b")]
+    yield made
+    for r in made:
+        r.stop()
+
+
+def test_notify_wakes_the_loop_without_waiting_for_the_safety_cycle(
+    engine: Engine, replicas: list[Replica]
+) -> None:
+    r = replicas[0]
+    r.start()
+    wait_for(lambda: r.elector.is_leader and r.listener.listening.is_set(), timeout=5)
+    wait_for(lambda: r.loop.cycles >= 1, timeout=5)  # the wake-up of the election
+    _submit(engine, "a")
+    took = wait_for(lambda: states(engine).get("a") == "Admitted", timeout=2, step=0.005)
+    assert took < 2  # the safety interval is 30 s: only the NOTIFY can explain this
+    wait_for(lambda: r.backend.start_calls["team-a/a"] == 1, timeout=2)
+
+
+def test_one_leader_schedules_and_a_standby_takes_over_within_5s(
+    engine: Engine, replicas: list[Replica]
+) -> None:
+    for r in replicas:
+        r.start()
+    wait_for(lambda: any(r.elector.is_leader for r in replicas), timeout=5)
+    leader, standby = sorted(replicas, key=lambda r: not r.elector.is_leader)
+    assert not standby.elector.is_leader
+    _submit(engine, "a")
+    wait_for(lambda: leader.backend.start_calls["team-a/a"] == 1, timeout=2)
+    assert not standby.backend.start_calls
+
+    token = leader.elector.token
+    assert token is not None
+    _terminate(engine, token.pid)
+    killed = time.monotonic()
+    wait_for(lambda: standby.elector.is_leader, timeout=5)
+    assert time.monotonic() - killed < 5
+    # The new leader adopts the admitted gang (its backend did not run it) and schedules.
+    wait_for(lambda: standby.backend.running() == {"team-a/a"}, timeout=2)
+    _submit(engine, "b")
+    wait_for(lambda: states(engine).get("b") == "Admitted", timeout=2)
+    assert standby.backend.start_calls["team-a/b"] == 1
+    assert "team-a/b" not in leader.backend.start_calls
+    wait_for(lambda: not leader.elector.is_leader, timeout=3)  # it noticed at its heartbeat
+    with engine.connect() as conn:
+        new_token = standby.elector.token
+        assert new_token is not None and holder_pid(conn) == new_token.pid
+
+
+def test_an_old_leader_that_lost_its_lock_cannot_commit(engine: Engine) -> None:
+    seed_config(engine)
+    _submit(engine, "a")
+    old, old_elector, _ = make_loop(engine, replica="old")
+    _new, new_elector, _ = make_loop(engine, replica="new")
+    try:
+        assert old_elector.step()
+        token = old_elector.token
+        assert token is not None
+        # The old leader computes its decisions, then pauses ...
+        state = load_state(engine)
+        snapshot = dataclasses.replace(state.snapshot(), policy=SERVICE_POLICY)
+        decisions = schedule(snapshot, time.time())
+        assert decisions.admitted
+        # ... while its lock session dies and another replica wins the election.
+        _terminate(engine, token.pid)
+        wait_for(new_elector.step, timeout=5, step=0.1)
+        assert old_elector.token == token  # it has not noticed yet
+        with pytest.raises(NotLeader):
+            _commit(old, token, decisions, state)
+        assert states(engine) == {"a": "Pending"} and placements(engine) == {}
+    finally:
+        old_elector.stop()
+        new_elector.stop()
+
+
+def _commit(loop: SchedulerLoop, *args: object) -> None:
+    loop._commit(*args, now=time.time())  # type: ignore[arg-type]
