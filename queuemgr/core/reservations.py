@@ -26,12 +26,14 @@ from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
     FlavorName,
+    NodeName,
     PodSetPlacement,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool, NodeTopology
 from queuemgr.core.quota import QuotaLedger, QuotaTopology
+from queuemgr.core.resources import ResourceName, Resources
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 
 
@@ -57,11 +59,41 @@ class Reservation:
 
 
 class _State:
-    """Quota and nodes as they would be at some future time (a private copy)."""
+    """Quota and nodes as they would be at some future time (a private copy).
 
-    def __init__(self, quota: QuotaTopology, nodes: NodeTopology, snapshot: Snapshot) -> None:
+    Built in bulk: the changes go into plain free-capacity vectors first, and the
+    node groups are formed once from those, which is far cheaper than moving
+    nodes between groups one change at a time.
+    """
+
+    def __init__(
+        self,
+        quota: QuotaTopology,
+        nodes: NodeTopology,
+        snapshot: Snapshot,
+        changes: Iterable[tuple[AdmittedWorkload, int]] = (),
+    ) -> None:
         self.ledger = QuotaLedger(quota, snapshot.usage)
-        self.pool = NodePool(nodes, snapshot.node_free, snapshot.node_index)
+        touched: dict[NodeName, dict[ResourceName, int]] = {}
+        for a, sign in changes:
+            held = admitted_requests(a)
+            self.ledger.add(
+                a.admission.cluster_queue,
+                a.admission.flavor,
+                {r: sign * v for r, v in held.items()},
+            )
+            per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+            for p in a.admission.placements:
+                vec = touched.get(p.node)
+                if vec is None:
+                    vec = touched[p.node] = dict(snapshot.node_free.get(p.node, {}))
+                for r, v in per_pod[p.pod_set].items():
+                    vec[r] = vec.get(r, 0) - sign * v * p.count
+        if touched:
+            free: Mapping[NodeName, Resources] = {**snapshot.node_free, **touched}
+            self.pool = NodePool(nodes, free, None)
+        else:
+            self.pool = NodePool(nodes, snapshot.node_free, snapshot.node_index)
 
     def apply(self, a: AdmittedWorkload, sign: int) -> None:
         held = admitted_requests(a)
@@ -110,14 +142,12 @@ class Planner:
         evicted: Iterable[AdmittedWorkload],
         released: Iterable[AdmittedWorkload],
     ) -> _State:
-        state = _State(self._quota, self._nodes, self._snapshot)
-        for a in admitted_now:
-            state.apply(a, 1)
-        for a in evicted:
-            state.apply(a, -1)
-        for a in released:
-            state.apply(a, -1)
-        return state
+        changes = [
+            *((a, 1) for a in admitted_now),
+            *((a, -1) for a in evicted),
+            *((a, -1) for a in released),
+        ]
+        return _State(self._quota, self._nodes, self._snapshot, changes)
 
     def reserve(
         self,
@@ -137,29 +167,55 @@ class Planner:
         ends = [ends_at[a.workload.id] or 0.0 for a in known]
         best: Reservation | None = None
         for fq in cq.flavors:
-            flavor = fq.flavor
-            # Fit is monotone in what has ended: search the fewest releases that suffice.
-            lo, hi = 0, len(known)
-            if self.state(admitted_now, evicted.values(), known).fits(cq, w, flavor) is None:
-                continue
-            while lo < hi:
-                mid = (lo + hi) // 2
-                state = self.state(admitted_now, evicted.values(), known[:mid])
-                if state.fits(cq, w, flavor) is None:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            # Jobs ending at the same instant end together.
-            k = lo if lo == 0 else bisect.bisect_right(ends, ends[lo - 1])
-            placements = self.state(admitted_now, evicted.values(), known[:k]).fits(cq, w, flavor)
-            assert placements is not None
-            start = max(now, ends[k - 1]) if k else now
-            if best is None or (best.start is not None and start < best.start):
-                best = Reservation(workload=w.id, flavor=flavor, start=start, placements=placements)
+            found = self._earliest(cq, w, fq.flavor, known, ends, admitted_now, evicted, now)
+            if found is not None and (best is None or (best.start or 0.0) > found[0]):
+                best = Reservation(
+                    workload=w.id, flavor=fq.flavor, start=found[0], placements=found[1]
+                )
         if best is not None:
             return best
         unknown = tuple(sorted(wid for wid, end in ends_at.items() if end is None))
         return Reservation(workload=w.id, flavor=None, start=None, unknown_because=unknown)
+
+    def _earliest(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        known: Sequence[AdmittedWorkload],
+        ends: Sequence[float],
+        admitted_now: Sequence[AdmittedWorkload],
+        evicted: Mapping[WorkloadId, AdmittedWorkload],
+        now: float,
+    ) -> tuple[float, tuple[PodSetPlacement, ...]] | None:
+        """The first release time after which ``w`` fits on ``flavor``, and where."""
+        state = self.state(admitted_now, evicted.values(), ())
+        # Skip ahead to where the flavor's nodes, summed, could hold the gang at all:
+        # a cheap necessary condition, so that few real fit tests are needed.
+        nodes = [n for n, f in self._nodes.flavor_of.items() if f == flavor]
+        need = w.total_requests
+        free = {r: sum(state.pool.free(n).get(r, 0) for n in nodes) for r in need}
+        k = 0
+        while k < len(known) and any(free[r] < v for r, v in need.items()):
+            a = known[k]
+            if a.admission.flavor == flavor:
+                for r, v in admitted_requests(a).items():
+                    if r in free:
+                        free[r] += v
+            k += 1
+        if k:
+            k = bisect.bisect_right(ends, ends[k - 1])  # jobs ending together end together
+            state = self.state(admitted_now, evicted.values(), known[:k])
+        while True:
+            placements = state.fits(cq, w, flavor)
+            if placements is not None:
+                return (max(now, ends[k - 1]) if k else now), placements
+            if k >= len(known):
+                return None
+            nxt = bisect.bisect_right(ends, ends[k])
+            for a in known[k:nxt]:
+                state.apply(a, -1)
+            k = nxt
 
 
 class Guard:
