@@ -73,6 +73,8 @@ class WorkloadBuilder:
         self._selector: dict[str, str] = {}
         self._tolerations: list[Toleration] = []
         self._pod_sets: list[PodSet] = []
+        self._topology: tuple[str | None, str | None] = (None, None)  # required, preferred
+        self._min_count: int | None = None
 
     def ns(self, namespace: str) -> WorkloadBuilder:
         self._ns = namespace
@@ -121,6 +123,18 @@ class WorkloadBuilder:
         self._tolerations.append(Toleration(key=key, operator=op, value=value))
         return self
 
+    def topology(
+        self, *, required: str | None = None, preferred: str | None = None
+    ) -> WorkloadBuilder:
+        """Pack the default pod set (and explicit ones added after) by this label key."""
+        self._topology = (required, preferred)
+        return self
+
+    def min_count(self, pods: int | None) -> WorkloadBuilder:
+        """Partial admission for the default pod set (or the next explicit one)."""
+        self._min_count = pods
+        return self
+
     def pod_set(self, name: str, count: int, **requests: Quantity) -> WorkloadBuilder:
         """An explicit pod set; when any is given, the default "main" one is not added."""
         self._pod_sets.append(
@@ -130,8 +144,12 @@ class WorkloadBuilder:
                 requests=resources(**requests),
                 node_selector=dict(self._selector),
                 tolerations=tuple(self._tolerations),
+                min_count=self._min_count,
+                topology_required=self._topology[0],
+                topology_preferred=self._topology[1],
             )
         )
+        self._min_count = None
         return self
 
     def build(self) -> Workload:
@@ -142,6 +160,9 @@ class WorkloadBuilder:
                 requests=resources(**self._requests),
                 node_selector=dict(self._selector),
                 tolerations=tuple(self._tolerations),
+                min_count=self._min_count,
+                topology_required=self._topology[0],
+                topology_preferred=self._topology[1],
             ),
         )
         return Workload(

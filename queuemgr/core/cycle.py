@@ -43,6 +43,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
+from queuemgr.core.partial import largest_fit, partial_pod_set, smallest, with_count
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import Ordering, PreemptorAdmission
 from queuemgr.core.preemption import Preemptor, may_preempt
@@ -58,6 +59,7 @@ from queuemgr.core.reasons import (
     describe_fit_failure,
 )
 from queuemgr.core.reservations import Guard, Planner, Reservation
+from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Config, Snapshot
 
 # Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
@@ -143,6 +145,13 @@ class _Cycle:
                 else:
                     key = (_NOMINAL, _NO_SHARE, -w.priority, w.created_at, w.id)
                 return (key, cq.name, _Nomination(fq.flavor, checks, self.ledger.version))
+        low = smallest(w) if w.partial_pod_set is not None else None
+        if low is not None:
+            # Partial admission: ranked by the least it would take. Version -1: the
+            # full request's checks are made again when it is tried.
+            ranked, _name, least = self.nominate(cq, low)
+            if least.flavor is not None:
+                return (ranked, cq.name, _Nomination(least.flavor, checks, -1))
         key = (_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id)
         return (key, cq.name, _Nomination(None, checks, self.ledger.version))
 
@@ -201,6 +210,10 @@ class _Cycle:
                 )
                 self._node_fail[fail_key] = failed
             node_verdict = node_verdict or failed
+        shrunk = self._partial(cq, w) if w.partial_pod_set is not None else None
+        if shrunk is not None:
+            flavor, placements, borrowing, reduced = shrunk
+            return self._admit(cq, w, flavor, placements, borrowing, request=reduced)
         verdict = self._inadmissible(cq, w) or node_verdict
         if verdict is None:
             assert first_quota is not None
@@ -217,6 +230,36 @@ class _Cycle:
         if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq):
             return self._preempt(cq, w) or verdict
         return verdict
+
+    def _partial(
+        self, cq: ClusterQueue, w: Workload
+    ) -> tuple[FlavorName, tuple[PodSetPlacement, ...], bool, Resources] | None:
+        """The first flavor where a partial admission of ``w`` fits, with the largest count.
+
+        Tried only once the full count fits no flavor: a whole gang on a later flavor
+        beats a partial one on an earlier flavor (Kueue's order).
+        """
+        ps = partial_pod_set(w)
+        if ps is None or ps.min_count is None:
+            return None
+        for fq in cq.flavors:
+
+            def attempt(
+                k: int, flavor: FlavorName = fq.flavor
+            ) -> tuple[tuple[PodSetPlacement, ...], bool, Resources] | None:
+                low = with_count(w, ps.name, k)
+                check = self.ledger.check(cq.name, flavor, low.total_requests)
+                if not check.fits:
+                    return None
+                placements = self.pool.place(flavor, low.pod_sets)
+                if placements is None:
+                    return None
+                return (placements, check.borrowing, low.total_requests)
+
+            found = largest_fit(ps.min_count, ps.count - 1, attempt)
+            if found is not None:
+                return (fq.flavor, *found[1])
+        return None
 
     def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         """Evict for ``w`` if a minimal set of victims lets it in; None once admitted."""
@@ -245,7 +288,8 @@ class _Cycle:
         memo = self.snapshot.config.never_fits
         key = (cq.name, w.shape)
         if key not in memo:
-            memo[key] = self._never_fits(cq, w)
+            # A partial workload can never fit only if its smallest form cannot.
+            memo[key] = self._never_fits(cq, smallest(w) or w)
         return memo[key]
 
     def _never_fits(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
@@ -278,8 +322,13 @@ class _Cycle:
         borrowing: bool,
         *,
         guarded: bool = True,
+        request: Resources | None = None,
     ) -> Verdict | None:
-        """Admit, unless that would delay a reservation (then say which)."""
+        """Admit, unless that would delay a reservation (then say which).
+
+        ``request`` is what the placements hold when fewer than all pods are placed
+        (partial admission); by default the workload's total.
+        """
         admission = Admission(
             workload=w.id,
             cluster_queue=cq.name,
@@ -298,7 +347,7 @@ class _Cycle:
                     )
             for guard in self.guards:
                 guard.record(admitted, self.now)
-        self.ledger.add(cq.name, flavor, w.total_requests)
+        self.ledger.add(cq.name, flavor, w.total_requests if request is None else request)
         self.pool.take(admission.placements, w.pod_sets)
         self.admitted.append(admitted)
         return None

@@ -161,6 +161,23 @@ class PodSet:
     requests: Resources
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    # Topology (docs/scheduling.md): all pods on nodes sharing one value of this label key,
+    # or as few such values as possible. At most one of the two is set.
+    topology_required: str | None = None
+    topology_preferred: str | None = None
+    # Partial admission: when ``count`` pods do not fit, the most that fit, at least this.
+    min_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.topology_required is not None and self.topology_preferred is not None:
+            raise ValueError(f"pod set {self.name!r}: topology is required or preferred, not both")
+        if self.min_count is not None and not 1 <= self.min_count <= self.count:
+            raise ValueError(f"pod set {self.name!r}: min_count must be in [1, count]")
+
+    @property
+    def topology(self) -> str | None:
+        """The label key the pod set asks to be packed by, required or preferred."""
+        return self.topology_required or self.topology_preferred
 
 
 ShapeId = NewType("ShapeId", int)
@@ -197,12 +214,19 @@ class Workload:
     shape: ShapeId = field(init=False, repr=False, compare=False)
     # Queue order: higher priority, earlier creation, then namespace/name.
     order_key: tuple[int, float, str] = field(init=False, repr=False, compare=False)
+    # The pod set that may be admitted with fewer pods (min_count < count), if any.
+    partial_pod_set: PodSet | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         total: dict[ResourceName, int] = {}
+        partial: list[PodSet] = []
         for ps in self.pod_sets:
             for r, v in ps.requests.items():
                 total[r] = total.get(r, 0) + v * ps.count
+            if ps.min_count is not None:
+                partial.append(ps)
+        if len(partial) > 1:
+            raise ValueError(f"{self.namespace}/{self.name}: only one pod set may set min_count")
         shape = shape_id(
             tuple(
                 (
@@ -210,6 +234,9 @@ class Workload:
                     tuple(sorted(ps.requests.items())),
                     tuple(sorted(ps.node_selector.items())),
                     ps.tolerations,
+                    ps.topology_required,
+                    ps.topology_preferred,
+                    ps.min_count,
                 )
                 for ps in self.pod_sets
             )
@@ -218,6 +245,8 @@ class Workload:
         object.__setattr__(self, "total_requests", total)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "order_key", (-self.priority, self.created_at, self.id))
+        shrinks = partial and partial[0].min_count != partial[0].count
+        object.__setattr__(self, "partial_pod_set", partial[0] if shrinks else None)
 
     @property
     def gpus(self) -> int:
@@ -256,3 +285,17 @@ class AdmittedWorkload:
     workload: Workload
     admission: Admission
     admitted_at: float
+
+    @property
+    def pods(self) -> dict[str, int]:
+        """Pods placed per pod set: a pod set's ``count``, or less under partial admission."""
+        out: dict[str, int] = {}
+        for p in self.admission.placements:
+            out[p.pod_set] = out.get(p.pod_set, 0) + p.count
+        return out
+
+    @property
+    def partial(self) -> bool:
+        """Whether some pod set got fewer pods than its ``count`` (partial admission)."""
+        pods = self.pods
+        return any(pods.get(ps.name, 0) < ps.count for ps in self.workload.pod_sets)

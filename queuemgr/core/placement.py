@@ -14,12 +14,17 @@ class nodes with the same free capacity form one group, so a fit test costs
 one division per distinct free vector rather than one per node. Node
 selectors are checked per node, and only for pod sets that have one, since
 labels such as a rack or a hostname would split classes into single nodes.
+
+Topology: a pod set that requires (or prefers) a label key such as ``rack``
+is placed on the nodes of one value of that label (a domain), the smallest
+domain that holds it; a preferred one spans as few domains as it can. Only
+such pod sets take that slower path; the others never look at domains.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from queuemgr.core.model import (
@@ -32,7 +37,7 @@ from queuemgr.core.model import (
     Taint,
     tolerated,
 )
-from queuemgr.core.resources import GPU, ResourceName, Resources, how_many
+from queuemgr.core.resources import GPU, ResourceName, Resources, format_quantity, how_many
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +89,20 @@ class NodeTopology:
             self.by_flavor.setdefault(cls.flavor, []).append(cls)
         self._empty_fit: dict[tuple[FlavorName, object], bool] = {}
         self._candidates: dict[tuple[object, ...], list[NodeClass]] = {}
+        self._domains: dict[tuple[FlavorName, str], dict[NodeName, str]] = {}
+
+    def domain_of(self, flavor: FlavorName, key: str) -> Mapping[NodeName, str]:
+        """The value of label ``key`` of each of the flavor's nodes that carries it."""
+        hit = self._domains.get((flavor, key))
+        if hit is None:
+            hit = {}
+            for cls in self.by_flavor.get(flavor, ()):
+                for name in cls.nodes:
+                    value = self.nodes[name].labels.get(key)
+                    if value is not None:
+                        hit[name] = value
+            self._domains[(flavor, key)] = hit
+        return hit
 
     def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
         key = (flavor, tuple(sorted(pod_set.node_selector.items())), pod_set.tolerations)
@@ -121,6 +140,30 @@ class FitFailure:
     placeable: int  # how many of them the free nodes could take
     per_pod: Resources
     largest_free: Resources  # the node with the most free of the dominant resource
+    # Set when a required topology failed: no single domain of label ``topology`` holds
+    # the pod set. ``domain`` is the one with the most free ``dominant`` resource (None
+    # when no node carries the label), with that much free and room for that many pods.
+    topology: str | None = None
+    dominant: ResourceName | None = None
+    domain: str | None = None
+    domain_free: int = 0
+    domain_pods: int = 0
+
+    def describe_topology(self, flavor: FlavorName) -> str:
+        """``needs 32 nvidia.com/gpu in one rack on h100 ...; the largest rack has 24 free``."""
+        key = self.topology
+        if self.domain is None:
+            return (
+                f"pod set {self.pod_set!r} requires topology {key!r}, but no node of {flavor} "
+                f"that it may use carries that label"
+            )
+        r = self.dominant or ResourceName("")
+        need = self.per_pod.get(r, 0) * self.needed
+        return (
+            f"needs {format_quantity(r, need)} {r} in one {key} on {flavor} for pod set "
+            f"{self.pod_set!r} ({self.needed} pods); the largest {key} ({self.domain}) has "
+            f"{format_quantity(r, self.domain_free)} free and holds {self.domain_pods} such pods"
+        )
 
 
 # class index -> free vector -> the class's nodes with that much free, by name
@@ -204,6 +247,9 @@ class NodePool:
         self, flavor: FlavorName, pod_sets: tuple[PodSet, ...]
     ) -> tuple[PodSetPlacement, ...] | None:
         """A placement for the whole gang on ``flavor``, or None (see ``last_failure``)."""
+        for ps in pod_sets:
+            if ps.topology_required is not None or ps.topology_preferred is not None:
+                return self._place_by_topology(flavor, pod_sets)
         topo = self.topology
         taken: dict[NodeName, dict[ResourceName, int]] = {}
         out: list[PodSetPlacement] = []
@@ -256,6 +302,122 @@ class NodePool:
                 )
                 return None
         return tuple(out)
+
+    def _place_by_topology(
+        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...]
+    ) -> tuple[PodSetPlacement, ...] | None:
+        """``place`` for a gang with a topology pod set: each such pod set picks its domains."""
+        taken: dict[NodeName, dict[ResourceName, int]] = {}
+        out: list[PodSetPlacement] = []
+        order = sorted(pod_sets, key=lambda ps: (-ps.requests.get(GPU, 0), ps.name))
+        for ps in order:
+            key = ps.topology
+            remaining = ps.count
+            if key is not None:
+                domain_of = self.topology.domain_of(flavor, key)
+                dominant = _dominant(ps)
+                room, free = self._domains(flavor, ps, taken, domain_of, dominant)
+                plan = plan_domains(ps.count, room, free, spill=ps.topology_required is None)
+                if plan is None:
+                    largest = min(free, key=lambda v: (-free[v], v), default=None)
+                    self.last_failure = FitFailure(
+                        pod_set=ps.name,
+                        needed=ps.count,
+                        placeable=max(room.values(), default=0),
+                        per_pod=ps.requests,
+                        largest_free=self._largest_free(flavor),
+                        topology=key,
+                        dominant=dominant,
+                        domain=largest,
+                        domain_free=0 if largest is None else free[largest],
+                        domain_pods=0 if largest is None else room[largest],
+                    )
+                    return None
+                for value in plan:
+                    remaining = self._fill(flavor, ps, remaining, taken, out, domain_of, value)
+            if remaining > 0 and ps.topology_required is None:
+                # No topology, or a preferred one that its domains cannot hold.
+                remaining = self._fill(flavor, ps, remaining, taken, out, None, None)
+            if remaining > 0:
+                self.last_failure = FitFailure(
+                    pod_set=ps.name,
+                    needed=ps.count,
+                    placeable=ps.count - remaining,
+                    per_pod=ps.requests,
+                    largest_free=self._largest_free(flavor),
+                )
+                return None
+        return tuple(out)
+
+    def _eligible(
+        self, flavor: FlavorName, ps: PodSet
+    ) -> Iterator[tuple[NodeClass, int, NodeName]]:
+        """The nodes ``ps`` may use, best fit first, each with how many pods fit its free."""
+        topo = self.topology
+        for cls in topo.candidates(flavor, ps):
+            if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+                continue
+            req = tuple(ps.requests.get(r, 0) for r in cls.resources)
+            groups = self._index(cls)
+            for key in self._keys[cls.index]:
+                per_node = _how_many_tuple(req, key)
+                for node in groups[key]:
+                    if ps.node_selector and not topo.node_matches(node, ps):
+                        continue
+                    yield cls, per_node, node
+
+    def _domains(
+        self,
+        flavor: FlavorName,
+        ps: PodSet,
+        taken: Mapping[NodeName, Resources],
+        domain_of: Mapping[NodeName, str],
+        dominant: ResourceName | None,
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Per domain: how many pods of ``ps`` it holds now, and its free ``dominant``."""
+        room: dict[str, int] = {}
+        free: dict[str, int] = {}
+        for _cls, per_node, node in self._eligible(flavor, ps):
+            value = domain_of.get(node)
+            if value is None:
+                continue
+            left = self.free(node)
+            if node in taken:
+                left = _minus(left, taken[node])
+                per_node = how_many(ps.requests, left)
+            room[value] = room.get(value, 0) + max(0, per_node)
+            have = max(0, left.get(dominant, 0)) if dominant is not None else 0
+            free[value] = free.get(value, 0) + have
+        return room, free
+
+    def _fill(
+        self,
+        flavor: FlavorName,
+        ps: PodSet,
+        remaining: int,
+        taken: dict[NodeName, dict[ResourceName, int]],
+        out: list[PodSetPlacement],
+        domain_of: Mapping[NodeName, str] | None,
+        value: str | None,
+    ) -> int:
+        """Put up to ``remaining`` pods best fit (in one domain if given); return what is left."""
+        for _cls, per_node, node in self._eligible(flavor, ps):
+            if remaining <= 0:
+                break
+            if domain_of is not None and domain_of.get(node) != value:
+                continue
+            n = per_node
+            if node in taken:
+                n = how_many(ps.requests, _minus(self.free(node), taken[node]))
+            use = min(n, remaining)
+            if use <= 0:
+                continue
+            out.append(PodSetPlacement(pod_set=ps.name, node=node, count=use))
+            t = taken.setdefault(node, {})
+            for r, v in ps.requests.items():
+                t[r] = t.get(r, 0) + v * use
+            remaining -= use
+        return remaining
 
     def _largest_free(self, flavor: FlavorName) -> Resources:
         best: Resources = {}
@@ -318,6 +480,41 @@ class NodePool:
             bisect.insort(keys, new)
         else:
             bisect.insort(target, node)
+
+
+def plan_domains(
+    count: int, room: Mapping[str, int], free: Mapping[str, int], *, spill: bool
+) -> list[str] | None:
+    """The domains to fill, in order, for ``count`` pods; None if one domain must and cannot.
+
+    One domain holds them: the one with the least free dominant resource (best fit,
+    ties by value). Otherwise, with ``spill`` (a preferred topology), as few domains as
+    possible: while no single domain holds the rest, the one with the most room; then
+    the best fit for the rest. Without ``spill`` (a required topology) that is a failure.
+    Should the domains together hold too little, all are listed.
+    """
+    fits = [v for v, n in room.items() if n >= count]
+    if fits:
+        return [min(fits, key=lambda v: (free.get(v, 0), v))]
+    if not spill:
+        return None
+    plan: list[str] = []
+    left = sorted((v for v, n in room.items() if n > 0), key=lambda v: (-room[v], v))
+    rest = count
+    while rest > 0 and left:
+        fits = [v for v in left if room[v] >= rest]
+        pick = min(fits, key=lambda v: (free.get(v, 0), v)) if fits else left[0]
+        plan.append(pick)
+        left.remove(pick)
+        rest -= room[pick]
+    return plan
+
+
+def _dominant(ps: PodSet) -> ResourceName | None:
+    """The resource that sizes a domain for ``ps``: GPUs if asked for, else the first by name."""
+    if ps.requests.get(GPU, 0) > 0:
+        return GPU
+    return min((r for r, v in ps.requests.items() if v > 0), default=None)
 
 
 def _how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:

@@ -212,6 +212,9 @@ class Decisions:
 
 
 def describe_fit_failure(flavor: FlavorName, f: FitFailure) -> str:
+    if f.topology is not None:
+        return f.describe_topology(flavor)
+
     def vec(v: Mapping[ResourceName, int]) -> str:
         return (
             ", ".join(f"{format_quantity(r, q)} {r}" for r, q in sorted(v.items()) if q)

@@ -32,6 +32,7 @@ from queuemgr.core.fairshare import UsageTracker
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
 from queuemgr.core.policy import Ordering, SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
+from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
 from queuemgr.sim.invariants import InvariantChecker
 from queuemgr.sim.scenario import SimWorkload
@@ -205,7 +206,9 @@ class Engine:
             wid, adm = a.workload.id, a.admission
             runtime, limited = self._runtime.pop(wid)
             del self._route[wid]
-            self._running[wid] = _Running(admitted=a, gpus=a.workload.gpus, limited=limited)
+            partial = a.workload.partial_pod_set is not None and a.partial
+            gpus = admitted_requests(a).get(GPU, 0) if partial else a.workload.gpus
+            self._running[wid] = _Running(admitted=a, gpus=gpus, limited=limited)
             if self.usage is not None:
                 self.usage.hold((a.workload.namespace, a.workload.queue), admitted_requests(a), 1)
             heapq.heappush(self._finishes, (now + runtime, wid))
@@ -219,6 +222,8 @@ class Engine:
                 event["flavor"] = adm.flavor
                 event["placement"] = dict(sorted(adm.pods_per_node.items()))
                 event["borrowing"] = adm.borrowing
+                if partial:
+                    event["pods"] = a.pods
                 if wid in victims:
                     event["victims"] = victims[wid]
                 self.emit(event)

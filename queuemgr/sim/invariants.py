@@ -11,8 +11,10 @@ engine does, and a violation is counted, never repaired. Rules checked:
 
 - per admission: the workload went to its LocalQueue's ClusterQueue, which
   admits its namespace; every pod set is placed exactly ``count`` times (the gang is
-  whole), on schedulable nodes of the admitted flavor that match the pod
-  set's node selector and whose hard taints, and the flavor's, it tolerates;
+  whole; a pod set with ``min_count`` at least that many times), all on nodes of one
+  value of its required topology label, if any, on schedulable nodes of the admitted
+  flavor that match the pod set's node selector and whose hard taints, and the
+  flavor's, it tolerates;
 - per node: the admitted pods' requests never exceed its allocatable, and
   the cache's free vector equals allocatable minus those requests;
 - per ClusterQueue and flavor: usage equals the cache's; without a cohort it
@@ -87,10 +89,21 @@ class InvariantChecker:
             if not tolerated(node.taints + flavor.taints, ps.tolerations):
                 self._fail(f"{wid}: pod set {ps.name} does not tolerate node {p.node}'s taints")
         for ps in a.workload.pod_sets:
-            if placed.get(ps.name, 0) != ps.count:
+            # Whole, or (partial admission) between min_count and count.
+            low = ps.count if ps.min_count is None else ps.min_count
+            if not low <= placed.get(ps.name, 0) <= ps.count:
                 self._fail(
                     f"{wid}: pod set {ps.name} placed {placed.get(ps.name, 0)} of {ps.count} pods"
                 )
+            key = ps.topology_required
+            if key is not None:
+                values = {
+                    cfg.nodes[p.node].labels.get(key)
+                    for p in a.admission.placements
+                    if p.pod_set == ps.name and p.node in cfg.nodes
+                }
+                if len(values) != 1 or None in values:
+                    self._fail(f"{wid}: pod set {ps.name} requires one {key}, placed on {values}")
 
     def check_state(self, admitted: Iterable[AdmittedWorkload], snapshot: Snapshot) -> None:
         """Recompute node and quota use from ``admitted``; compare with limits and cache."""

@@ -80,15 +80,50 @@ def parse_pod_set(raw: object, path: str) -> PodSet:
         raw,
         path,
         required=("name", "count", "requests"),
-        optional=("node_selector", "tolerations"),
+        optional=("node_selector", "tolerations", "topology", "min_count"),
     )
+    count = y.integer(m["count"], at(path, "count"), minimum=1)
+    min_count = None
+    if m.get("min_count") is not None:
+        min_count = y.integer(m["min_count"], at(path, "min_count"), minimum=1)
+        if min_count > count:
+            raise ScenarioError(
+                f"{at(path, 'min_count')}: expected at most count ({count}), got {min_count}"
+            )
+    required, preferred = parse_topology(m.get("topology"), at(path, "topology"))
     return PodSet(
         name=y.name(m["name"], at(path, "name")),
-        count=y.integer(m["count"], at(path, "count"), minimum=1),
+        count=count,
         requests=resources(m["requests"], at(path, "requests")),
         node_selector=y.string_map(m.get("node_selector", {}), at(path, "node_selector")),
         tolerations=parse_tolerations(m.get("tolerations", []), at(path, "tolerations")),
+        topology_required=required,
+        topology_preferred=preferred,
+        min_count=min_count,
     )
+
+
+def parse_topology(raw: object, path: str) -> tuple[str | None, str | None]:
+    """``{required: KEY}`` or ``{preferred: KEY}`` -> (required, preferred); absent -> both None."""
+    if raw is None:
+        return None, None
+    m = y.mapping(raw, path, optional=("required", "preferred"))
+    if len(m) != 1:
+        raise ScenarioError(f"{path}: expected exactly one of required, preferred (a label key)")
+    ((kind, key),) = m.items()
+    label = y.string(key, at(path, kind))
+    return (label, None) if kind == "required" else (None, label)
+
+
+def check_partial(pod_sets: tuple[PodSet, ...], path: str) -> None:
+    """At most one pod set of a workload may be admitted partially (Kueue's rule)."""
+    partial = [j for j, ps in enumerate(pod_sets) if ps.min_count is not None]
+    if len(partial) > 1:
+        first, second = partial[0], partial[1]
+        raise ScenarioError(
+            f"{at(at(path, second), 'min_count')}: only one pod set of a workload may set "
+            f"min_count, and {at(path, first)} ({pod_sets[first].name!r}) already does"
+        )
 
 
 def _plain(raw: object, path: str) -> str:

@@ -37,6 +37,7 @@ from queuemgr.core.snapshot import Config
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import parse_policy
 from queuemgr.sim.objects import (
+    check_partial,
     parse_pod_set,
     parse_preemption,
     parse_quotas,
@@ -270,6 +271,7 @@ def _workloads(raw: object, lqs: Mapping[tuple[str, str], LocalQueue]) -> list[S
         names: dict[str, str] = {}
         for j, ps in enumerate(pod_sets):
             y.unique(names, ps.name, at(ps_path, j), "pod set")
+        check_partial(pod_sets, ps_path)
         max_runtime = None
         if m.get("max_runtime") is not None:
             max_runtime = y.number(m["max_runtime"], at(p, "max_runtime"), positive=True)
