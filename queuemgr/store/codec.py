@@ -92,6 +92,9 @@ def pod_set(ps: PodSet) -> Json:
         "requests": vector(ps.requests),
         "node_selector": dict(ps.node_selector),
         "tolerations": tolerations(ps.tolerations),
+        "topology_required": ps.topology_required,
+        "topology_preferred": ps.topology_preferred,
+        "min_count": ps.min_count,
     }
 
 

@@ -194,6 +194,10 @@ class PodSetRow(Base):
     requests: Mapped[Vector]
     node_selector: Mapped[Json] = mapped_column(server_default=text("'{}'::jsonb"))
     tolerations: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # Topology-aware placement and partial admission (docs/scheduling.md).
+    topology_required: Mapped[str | None] = mapped_column(Text)
+    topology_preferred: Mapped[str | None] = mapped_column(Text)
+    min_count: Mapped[int | None] = mapped_column(Integer)
 
 
 class PlacementRow(Base):

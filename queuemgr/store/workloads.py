@@ -133,6 +133,9 @@ def load_workloads(conn: Connection) -> Workloads:
                 requests=codec.resources(ps["requests"]),
                 node_selector=dict(ps["node_selector"]),
                 tolerations=codec.tolerations_of(ps["tolerations"]),
+                topology_required=ps["topology_required"],
+                topology_preferred=ps["topology_preferred"],
+                min_count=ps["min_count"],
             )
         )
     admitted_ids = [r["id"] for r in rows if r["state"] is WorkloadState.ADMITTED]

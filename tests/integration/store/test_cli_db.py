@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 from click.testing import CliRunner
 
 from queuemgr.cli.main import main
 from queuemgr.store.database import create_engine
+from queuemgr.store.migrate import alembic_config
 
 pytestmark = pytest.mark.integration
 
@@ -21,11 +23,15 @@ def _revision(url: str) -> str | None:
         engine.dispose()
 
 
+def _head() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def test_upgrade_then_downgrade_a_fresh_database(empty_database_url: str) -> None:
     runner = CliRunner()
     up = runner.invoke(main, ["db", "upgrade"], env={"QUEUEMGR_DATABASE_URL": empty_database_url})
     assert up.exit_code == 0, up.output
-    assert _revision(empty_database_url) == "0001"
+    assert _revision(empty_database_url) == _head()
     down = runner.invoke(main, ["db", "downgrade", "base", "--url", empty_database_url])
     assert down.exit_code == 0, down.output
     assert _revision(empty_database_url) is None

@@ -48,6 +48,27 @@ def test_insert_and_load_round_trip_exactly(engine: Engine) -> None:
     assert type(loaded.pod_sets[0].requests[MEM]) is int
 
 
+def test_topology_and_min_count_survive_the_store(engine: Engine) -> None:
+    base = gang("packed", pods=4)
+    ps = dataclasses.replace(base.pod_sets[0], topology_required="rack", min_count=2)
+    packed = dataclasses.replace(base, pod_sets=(ps,))
+    spread = dataclasses.replace(
+        gang("spread"),
+        pod_sets=(
+            dataclasses.replace(
+                ps, topology_required=None, topology_preferred="rack", min_count=None
+            ),
+        ),
+    )
+    with engine.begin() as conn:
+        store.insert_workload(conn, packed)
+        store.insert_workload(conn, spread)
+    loaded = {w.name: w for w in load_state(engine).pending}
+    assert loaded["packed"].pod_sets == packed.pod_sets
+    assert loaded["spread"].pod_sets == spread.pod_sets
+    assert loaded["packed"].shape == packed.shape  # schedules exactly as submitted
+
+
 def test_duplicate_workload_is_refused(engine: Engine) -> None:
     with engine.begin() as conn:
         store.insert_workload(conn, gang("a"))
