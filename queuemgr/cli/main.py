@@ -21,8 +21,14 @@ from typing import IO
 
 import click
 
+from queuemgr.cli.apply import apply
+from queuemgr.cli.audit import audit
 from queuemgr.cli.db import db
+from queuemgr.cli.objects import cohort, flavor
+from queuemgr.cli.queues import cq, lq, queues
+from queuemgr.cli.quota import quota
 from queuemgr.cli.serve import serve
+from queuemgr.cli.workloads import cancel, list_, status, submit, why
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.knobs import override_policy
 from queuemgr.sim.report import EventWriter, print_table, summarize
@@ -41,6 +47,10 @@ def main() -> None:
 
 main.add_command(db)
 main.add_command(serve)
+for _command in (apply, cq, lq, cohort, flavor, quota, queues, audit):
+    main.add_command(_command)
+for _command in (submit, list_, status, why, cancel):
+    main.add_command(_command)
 
 
 @main.command()

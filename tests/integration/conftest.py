@@ -75,8 +75,9 @@ def admin_engine(pg_server_url: str) -> Iterator[Engine]:
 
 @pytest.fixture(scope="session")
 def template_db(admin_engine: Engine, pg_server_url: str, worker_id: str) -> Iterator[str]:
-    """A migrated database for this worker to clone; one per worker, so no locking."""
-    name = f"queuemgr_template_{worker_id}"
+    """A migrated database for this worker to clone; one per worker and session."""
+    # Unique per session too: concurrent pytest sessions share the embedded server.
+    name = f"queuemgr_template_{worker_id}_{uuid.uuid4().hex[:8]}"
     with admin_engine.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))

@@ -1,0 +1,141 @@
+"""Flags shared by several commands: names, namespaces and the ClusterQueue flags.
+
+Why it exists: ``cq create`` and ``cq edit`` must validate their flags
+identically, and names typed on the command line must follow the same rules
+as names in a scenario or apply file; the simulator's readers do the checking.
+
+What must stay true: every flag is checked before the database is touched, and
+an error message starts with the flag (``--weight: ...``), exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+
+from queuemgr.cli.common import default_namespace, quantities
+from queuemgr.cli.errors import BadInput, not_found
+from queuemgr.core.model import (
+    ClusterQueue,
+    ClusterQueueName,
+    CohortName,
+    FlavorName,
+    FlavorQuota,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    WithinClusterQueue,
+)
+from queuemgr.core.snapshot import Config
+from queuemgr.sim import yamlcheck as y
+
+
+def namespace(ns: str | None) -> str:
+    out = default_namespace(ns)
+    check_name(out, "--namespace")
+    return out
+
+
+def check_name(value: str, arg: str) -> str:
+    return y.name(value, arg)
+
+
+CQ_OPTIONS = [
+    click.option("--cohort", help="Cohort to join (created when missing).", default=None),
+    click.option("--no-cohort", is_flag=True, help="edit: leave the cohort."),
+    click.option("--weight", default=None, help="Fair-share weight: decimal or p/q."),
+    click.option(
+        "--queueing-strategy", default=None, type=click.Choice([s.value for s in QueueingStrategy])
+    ),
+    click.option(
+        "--namespace", "namespaces", multiple=True, help="Admit only this namespace (repeatable)."
+    ),
+    click.option("--any-namespace", is_flag=True, help="edit: admit every namespace."),
+    click.option(
+        "--within-cluster-queue",
+        default=None,
+        type=click.Choice([p.value for p in WithinClusterQueue]),
+    ),
+    click.option(
+        "--reclaim-within-cohort",
+        default=None,
+        type=click.Choice([p.value for p in ReclaimWithinCohort]),
+    ),
+    click.option(
+        "--nominal",
+        "nominals",
+        multiple=True,
+        metavar="FLAVOR:RES=Q[,RES=Q]",
+        help="Nominal quota of one flavor (repeatable, in preference order).",
+    ),
+]
+
+
+def cluster_queue_from_flags(
+    old: ClusterQueue | None, name: str, f: dict[str, Any]
+) -> ClusterQueue:
+    """``old`` with the flags applied (a new queue when ``old`` is None)."""
+    check_name(name, "NAME")
+    cq = old or ClusterQueue(name=ClusterQueueName(name), flavors=())
+    changes: dict[str, Any] = {}
+    if f["cohort"] is not None and f["no_cohort"]:
+        raise BadInput("--cohort: cannot be combined with --no-cohort")
+    if f["cohort"] is not None:
+        changes["cohort"] = CohortName(check_name(f["cohort"], "--cohort"))
+    if f["no_cohort"]:
+        changes["cohort"] = None
+    if f["weight"] is not None:
+        changes["weight"] = y.fraction(_number(f["weight"]), "--weight")
+    if f["queueing_strategy"] is not None:
+        changes["queueing_strategy"] = QueueingStrategy(f["queueing_strategy"])
+    if f["namespaces"]:
+        changes["namespaces"] = frozenset(check_name(n, "--namespace") for n in f["namespaces"])
+    if f["any_namespace"]:
+        changes["namespaces"] = None
+    if f["within_cluster_queue"] or f["reclaim_within_cohort"]:
+        p = cq.preemption
+        changes["preemption"] = PreemptionPolicy(
+            within_cluster_queue=WithinClusterQueue(
+                f["within_cluster_queue"] or p.within_cluster_queue.value
+            ),
+            reclaim_within_cohort=ReclaimWithinCohort(
+                f["reclaim_within_cohort"] or p.reclaim_within_cohort.value
+            ),
+        )
+    if f["nominals"]:
+        changes["flavors"] = tuple(_nominal(n) for n in f["nominals"])
+    new = dataclasses.replace(cq, **changes)
+    if new.cohort is None and any(q.borrowing_limit or q.lending_limit for q in new.flavors):
+        raise BadInput("--no-cohort: the queue has borrowing or lending limits; remove them first")
+    return new
+
+
+def _number(raw: str) -> object:
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw) if "/" not in raw else raw
+        except ValueError:
+            return raw
+
+
+def _nominal(raw: str) -> FlavorQuota:
+    flavor, sep, rest = raw.partition(":")
+    if not sep or not flavor:
+        raise BadInput(f"--nominal: expected FLAVOR:RES=Q[,RES=Q], got {raw!r}")
+    items = tuple(p for p in rest.split(",") if p)
+    nominal = quantities(items, f"--nominal {flavor}")
+    return FlavorQuota(flavor=FlavorName(check_name(flavor, "--nominal")), nominal=nominal)
+
+
+def check_flavors(cq: ClusterQueue, config: Config) -> None:
+    seen: set[str] = set()
+    for q in cq.flavors:
+        if q.flavor not in config.flavors:
+            raise not_found("flavor", q.flavor, config.flavors)
+        if q.flavor in seen:
+            raise BadInput(f"--nominal: flavor {q.flavor!r} given twice")
+        seen.add(q.flavor)

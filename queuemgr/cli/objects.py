@@ -1,0 +1,206 @@
+"""``queuemgr flavor|cohort ...``: the small admin objects, with the verbs of the queues.
+
+Why it exists: flavors and cohorts are created, listed and deleted like
+queues, through the same audited store writes.
+
+What must stay true: flags are checked before the database is touched (exit 2
+naming the flag); deletes refuse objects still in use, naming the users
+(exit 1); unknown names suggest the nearest ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from queuemgr.cli.common import engine, key_values
+from queuemgr.cli.errors import CliError, handled, not_found
+from queuemgr.cli.flags import check_name
+from queuemgr.cli.output import emit, output_option, print_fields, print_table
+from queuemgr.core.model import (
+    Cohort,
+    CohortName,
+    FlavorName,
+    ResourceFlavor,
+)
+from queuemgr.core.snapshot import Config
+from queuemgr.sim.objects import parse_taints
+from queuemgr.store import admin, codec
+from queuemgr.store.config import load_config, os_actor, upsert_cohort, upsert_flavor
+from queuemgr.store.notify import notify
+
+
+@click.group("flavor")
+def flavor() -> None:
+    """ResourceFlavors: GPU models or node pools, selected by node labels."""
+
+
+@flavor.command("create")
+@click.argument("name")
+@click.option(
+    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Node label (repeatable)."
+)
+@click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="Taint.")
+@handled
+def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -> None:
+    """Create ResourceFlavor NAME."""
+    check_name(name, "NAME")
+    raw_taints = []
+    for t in taints:
+        kv, _, effect = t.partition(":")
+        key, _, value = kv.partition("=")
+        raw_taints.append({"key": key, "value": value, "effect": effect or "NoSchedule"})
+    f = ResourceFlavor(
+        name=FlavorName(name),
+        node_labels=key_values(labels, "--label"),
+        taints=parse_taints(raw_taints, "--taint"),
+    )
+    with engine() as eng, eng.begin() as conn:
+        if FlavorName(name) in load_config(conn)[0].flavors:
+            raise CliError(f"flavor {name!r} already exists")
+        upsert_flavor(conn, f, actor=os_actor())
+        notify(conn, "config")
+    click.echo(f"resourceflavor {name} created")
+
+
+@flavor.command("delete")
+@click.argument("name")
+@handled
+def flavor_delete(name: str) -> None:
+    """Delete ResourceFlavor NAME (refused while a ClusterQueue has quota on it)."""
+    with engine() as eng, eng.begin() as conn:
+        try:
+            deleted = admin.delete_flavor(conn, name, actor=os_actor())
+        except admin.ObjectInUse as exc:
+            raise CliError(str(exc)) from None
+        if not deleted:
+            raise not_found("flavor", name, load_config(conn)[0].flavors)
+        notify(conn, "config")
+    click.echo(f"resourceflavor {name} deleted")
+
+
+def _flavor_docs(config: Config) -> list[dict[str, Any]]:
+    return [
+        {
+            **codec.flavor_json(f),
+            "cluster_queues": sorted(
+                q.name for q in config.cluster_queues.values() if q.quota(f.name) is not None
+            ),
+        }
+        for _, f in sorted(config.flavors.items())
+    ]
+
+
+@flavor.command("list")
+@output_option
+@handled
+def flavor_list(output: str) -> None:
+    """ResourceFlavors and the ClusterQueues with quota on them."""
+    with engine() as eng, eng.connect() as conn:
+        config, _ = load_config(conn)
+    emit({"flavors": _flavor_docs(config)}, output, _flavor_table)
+
+
+def _flavor_table(doc: dict[str, Any]) -> None:
+    rows = [
+        (
+            d["name"],
+            ",".join(f"{k}={v}" for k, v in sorted(d["node_labels"].items())) or "-",
+            ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in d["taints"]) or "-",
+            ", ".join(d["cluster_queues"]) or "-",
+        )
+        for d in doc["flavors"]
+    ]
+    print_table(None, ("NAME", "NODE LABELS", "TAINTS", "CLUSTERQUEUES"), rows)
+
+
+@flavor.command("describe")
+@click.argument("name")
+@output_option
+@handled
+def flavor_describe(name: str, output: str) -> None:
+    """ResourceFlavor NAME."""
+    with engine() as eng, eng.connect() as conn:
+        config, _ = load_config(conn)
+    docs = [d for d in _flavor_docs(config) if d["name"] == name]
+    if not docs:
+        raise not_found("flavor", name, config.flavors)
+    emit(docs[0], output, lambda d: print_fields(list(d.items())))
+
+
+@click.group("cohort")
+def cohort() -> None:
+    """Cohorts: ClusterQueues that lend each other idle quota."""
+
+
+@cohort.command("create")
+@click.argument("name")
+@handled
+def cohort_create(name: str) -> None:
+    """Create Cohort NAME."""
+    check_name(name, "NAME")
+    with engine() as eng, eng.begin() as conn:
+        if not upsert_cohort(conn, Cohort(name=CohortName(name)), actor=os_actor()):
+            raise CliError(f"cohort {name!r} already exists")
+    click.echo(f"cohort {name} created")
+
+
+@cohort.command("delete")
+@click.argument("name")
+@handled
+def cohort_delete(name: str) -> None:
+    """Delete Cohort NAME (refused while ClusterQueues belong to it)."""
+    with engine() as eng, eng.begin() as conn:
+        try:
+            deleted = admin.delete_cohort(conn, name, actor=os_actor())
+        except admin.ObjectInUse as exc:
+            raise CliError(str(exc)) from None
+        if not deleted:
+            raise not_found("cohort", name, load_config(conn)[0].cohorts)
+        notify(conn, "config")
+    click.echo(f"cohort {name} deleted")
+
+
+def _cohort_docs(config: Config) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": c,
+            "cluster_queues": sorted(
+                q.name for q in config.cluster_queues.values() if q.cohort == c
+            ),
+        }
+        for c in sorted(config.cohorts)
+    ]
+
+
+@cohort.command("list")
+@output_option
+@handled
+def cohort_list(output: str) -> None:
+    """Cohorts and their member ClusterQueues."""
+    with engine() as eng, eng.connect() as conn:
+        config, _ = load_config(conn)
+    emit(
+        {"cohorts": _cohort_docs(config)},
+        output,
+        lambda d: print_table(
+            None,
+            ("NAME", "CLUSTERQUEUES"),
+            [(c["name"], ", ".join(c["cluster_queues"]) or "-") for c in d["cohorts"]],
+        ),
+    )
+
+
+@cohort.command("describe")
+@click.argument("name")
+@output_option
+@handled
+def cohort_describe(name: str, output: str) -> None:
+    """Cohort NAME and its members."""
+    with engine() as eng, eng.connect() as conn:
+        config, _ = load_config(conn)
+    docs = [d for d in _cohort_docs(config) if d["name"] == name]
+    if not docs:
+        raise not_found("cohort", name, config.cohorts)
+    emit(docs[0], output, lambda d: print_fields(list(d.items())))

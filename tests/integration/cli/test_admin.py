@@ -1,0 +1,138 @@
+"""Admin commands: quota set (validation, lowering below usage), cq/lq/flavor/cohort, audit."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from queuemgr.core.model import (
+    Admission,
+    AdmittedWorkload,
+    ClusterQueueName,
+    FlavorName,
+    NodeName,
+    PodSetPlacement,
+)
+from queuemgr.core.reasons import Decisions, PendingStatuses
+from queuemgr.store.repository import load_state
+from queuemgr.store.workloads import persist_decisions
+from tests.integration.cli.conftest import Invoke, no_traceback
+
+pytestmark = pytest.mark.integration
+
+
+def _admit_all(engine: Engine) -> None:
+    """Admit every pending workload on h100 node h100-<i>, as the service would have."""
+    state = load_state(engine)
+    admitted = tuple(
+        AdmittedWorkload(
+            workload=w,
+            admission=Admission(
+                workload=w.id,
+                cluster_queue=ClusterQueueName("team-a"),
+                flavor=FlavorName("h100"),
+                placements=(PodSetPlacement(pod_set="main", node=NodeName(f"h100-{i}"), count=1),),
+            ),
+            admitted_at=time.time() + i,
+        )
+        for i, w in enumerate(sorted(state.pending, key=lambda w: w.name))
+    )
+    empty = PendingStatuses(
+        queues={},
+        unroutable=(),
+        verdicts={},
+        shape_verdicts={},
+        blocked={},
+        admitted=frozenset(),
+    )
+    with engine.begin() as conn:
+        persist_decisions(conn, Decisions(admitted=admitted, pending=empty), now=time.time())
+
+
+def test_quota_set_validates_before_writing(cli: Invoke, applied: Path) -> None:
+    bad = cli("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=lots")
+    assert bad.exit_code == 2 and "RES=QTY nvidia.com/gpu" in bad.output
+    no_traceback(bad)
+    unknown = cli("quota", "set", "tema-a", "--flavor", "h100", "nvidia.com/gpu=8")
+    assert unknown.exit_code == 1 and "did you mean 'team-a'" in unknown.output
+    flavor = cli("quota", "set", "team-a", "--flavor", "h10", "nvidia.com/gpu=8")
+    assert flavor.exit_code == 1 and "'h100'" in flavor.output
+    lend = cli("quota", "set", "team-a", "--flavor", "h100", "--lending-limit", "nvidia.com/gpu=99")
+    assert lend.exit_code == 2 and "--lending-limit nvidia.com/gpu" in lend.output
+    audit = json.loads(cli("audit", "--object", "cq/team-a", "-o", "json").stdout)
+    assert [e["action"] for e in audit["entries"]] == ["create"]
+
+
+def test_lowering_below_usage_warns_and_lists_the_over_quota_workloads(
+    cli: Invoke, applied: Path, engine: Engine
+) -> None:
+    for i in range(3):
+        r = cli("submit", "-q", "default", "-n", "team-a", "--gpus", "8", "--name", f"w{i}")
+        assert r.exit_code == 0, r.output
+    _admit_all(engine)
+    r = cli("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=8", "--drain")
+    assert r.exit_code == 0, r.output
+    assert "warning" in r.output and "2 admitted workloads are now over quota" in r.output
+    assert "team-a/w1" in r.output and "team-a/w2" in r.output and "team-a/w0 " not in r.output
+    doc = json.loads(cli("cq", "describe", "team-a", "-o", "json").stdout)
+    assert doc["flavors"][0]["nominal"] == {"nvidia.com/gpu": 8, "cpu": 192_000}
+    assert doc["usage"] == {"nvidia.com/gpu": 24} and doc["admitted"] == 3
+    audit = json.loads(cli("audit", "--since", "1h", "--object", "cq/team-a", "-o", "json").stdout)
+    lowered = audit["entries"][0]
+    assert lowered["action"] == "quota-lowered" and lowered["after"]["policy"] == "drain"
+    running = json.loads(cli("why", "w0", "-n", "team-a", "-o", "json").stdout)
+    assert running["state"] == "Admitted" and "running on flavor h100" in running["message"]
+    update = audit["entries"][1]
+    assert update["action"] == "update"
+    assert update["changes"]["flavors[0].nominal.nvidia.com/gpu"] == {"before": 16, "after": 8}
+    assert update["before"]["flavors"][0]["nominal"]["nvidia.com/gpu"] == 16
+
+
+def test_imperative_objects_round_trip(cli: Invoke, applied: Path) -> None:
+    steps = [
+        ("flavor", "create", "b200", "--label", "gpu=b200"),
+        ("cohort", "create", "prod"),
+        ("cq", "create", "team-c", "--cohort", "prod", "--nominal", "b200:nvidia.com/gpu=16"),
+        ("cq", "edit", "team-c", "--weight", "3/2"),
+        ("lq", "create", "default", "-n", "team-c", "--cluster-queue", "team-c"),
+    ]
+    for args in steps:
+        r = cli(*args)
+        assert r.exit_code == 0, (args, r.output)
+    cq = json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)
+    assert cq["weight"] == "3/2" and cq["cohort"] == "prod"
+    assert cq["local_queues"] == ["team-c/default"]
+    busy = cli("flavor", "delete", "b200")
+    assert busy.exit_code == 1 and "team-c" in busy.output
+    assert json.loads(cli("cohort", "describe", "prod", "-o", "json").stdout)["cluster_queues"] == [
+        "team-c"
+    ]
+    for args in [
+        ("lq", "delete", "default", "-n", "team-c"),
+        ("cq", "delete", "team-c"),
+        ("cohort", "delete", "prod"),
+        ("flavor", "delete", "b200"),
+    ]:
+        r = cli(*args)
+        assert r.exit_code == 0, (args, r.output)
+    names = [f["name"] for f in json.loads(cli("flavor", "list", "-o", "json").stdout)["flavors"]]
+    assert names == ["a100", "h100"]
+    weight = cli("cq", "edit", "team-a", "--weight", "-1")
+    assert weight.exit_code == 2 and "--weight" in weight.output
+    history = cli("audit", "--object", "flavor/b200")
+    assert history.exit_code == 0 and "deleted" in history.output and "created" in history.output
+
+
+def test_hostile_names_are_data_not_sql(cli: Invoke, applied: Path) -> None:
+    hostile = "x'; DROP TABLE workloads; --\u00e9" + "z" * 10_000
+    r = cli("cq", "describe", hostile)
+    assert r.exit_code == 1 and "not found" in r.output
+    s = cli("submit", "-q", "default", "-n", "team-b", "--name", hostile, "--gpus", "1")
+    assert s.exit_code == 0, s.output[:300]
+    assert json.loads(cli("list", "-n", "team-b", "-o", "json").stdout)["workloads"][0]["name"] == (
+        hostile
+    )
