@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from sqlalchemy import Connection
 
 from queuemgr.cli.common import engine
@@ -53,11 +52,9 @@ Key = tuple[str, str]  # (kind, name)
 def load_queues_file(path: Path) -> Config:
     """Parse an apply file; every problem is an :class:`InputError` naming file and path."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+        raw = y.read_yaml(path, "queues file")
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
     try:
         top = y.mapping(raw, "", required=("flavors", "cluster_queues"), optional=SECTIONS)
         return parse_scenario({**top, "nodes": []}).config

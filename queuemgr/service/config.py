@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import KNOBS, parse_policy
@@ -73,11 +71,9 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> Serv
     base = Path.cwd()
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            loaded = y.read_yaml(path, "configuration", ConfigError)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
         try:
             raw = y.mapping(loaded or {}, "", optional=(*ENV, "scheduler"))
         except InputError as exc:

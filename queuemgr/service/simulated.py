@@ -21,23 +21,16 @@ import heapq
 import threading
 from pathlib import Path
 
-import yaml
-
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.core.snapshot import Config
 from queuemgr.service.ports import Clock
 from queuemgr.sim.scenario import parse_scenario
-from queuemgr.sim.yamlcheck import ScenarioError
+from queuemgr.sim.yamlcheck import ScenarioError, read_yaml
 
 
 def load_cluster_file(path: Path) -> Config:
     """The flavors, nodes and (optional) queues of a cluster file; ScenarioError if bad."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read cluster file: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML: {exc}") from None
+    raw = read_yaml(path, "cluster file", ScenarioError)
     if isinstance(raw, dict):
         if raw.get("workloads"):
             raise ScenarioError("workloads: a cluster file lists no workloads; submit them")

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
@@ -68,15 +66,7 @@ _TOP = ("flavors", "nodes", "cohorts", "cluster_queues", "local_queues", "worklo
 
 def load_scenario(path: Path) -> Scenario:
     """Read and validate a scenario file; every problem is a :class:`ScenarioError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read scenario: {exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML: {exc}") from None
-    return parse_scenario(raw)
+    return parse_scenario(y.read_yaml(path, "scenario", ScenarioError))
 
 
 def parse_scenario(raw: object) -> Scenario:

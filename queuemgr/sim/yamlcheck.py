@@ -17,7 +17,10 @@ import math
 from collections.abc import Mapping
 from enum import Enum
 from fractions import Fraction
+from pathlib import Path
 from typing import TypeVar
+
+import yaml
 
 E = TypeVar("E", bound=Enum)
 
@@ -28,6 +31,21 @@ class InputError(ValueError):
 
 class ScenarioError(InputError):
     """A scenario that cannot be simulated; the message starts with the YAML path."""
+
+
+def read_yaml(path: Path, what: str, error: type[InputError] = InputError) -> object:
+    """The parsed YAML of ``path``; an unreadable or malformed file raises ``error``.
+
+    ``what`` names the file's role in the message ("scenario", "cluster file"...).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read {what}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(f"{what} is not valid YAML: {exc}") from None
 
 
 def at(path: str, key: str | int) -> str:
