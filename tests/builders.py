@@ -19,6 +19,7 @@ from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
     ClusterQueueName,
+    Cohort,
     CohortName,
     FlavorName,
     FlavorQuota,
@@ -353,6 +354,7 @@ class World:
         self.pending: list[Workload] = []
         self.admitted: list[AdmittedWorkload] = []
         self.policy = SchedulerPolicy()
+        self.cohorts: list[Cohort] = []
         self._config: Config | None = None
 
     def flavor(self, f: ResourceFlavor) -> World:
@@ -401,6 +403,7 @@ class World:
                 cluster_queues=self.cqs,
                 local_queues=lqs,
                 nodes=self.nodes,
+                cohorts=self.cohorts,
             )
         return self._config
 
@@ -466,6 +469,7 @@ class Result:
         """The world after this cycle: admissions applied, ``finished`` gone, more submitted."""
         done = set(finished)
         nxt = World()
+        nxt.cohorts, nxt.policy = self.world.cohorts, self.world.policy
         nxt.flavors, nxt.cqs, nxt.lqs, nxt.nodes = (
             self.world.flavors,
             self.world.cqs,

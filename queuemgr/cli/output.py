@@ -15,6 +15,7 @@ only in tables; nothing but the document goes to stdout in a machine format
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -45,9 +46,7 @@ def output_option(f: F) -> F:
 
 def console() -> Console:
     # Wide and colourless when not a terminal, so piped tables are not cut.
-    return Console(
-        soft_wrap=True, width=200 if not click.get_text_stream("stdout").isatty() else None
-    )
+    return Console(soft_wrap=True, width=200 if not sys.stdout.isatty() else None)
 
 
 def emit(doc: Doc, output: str, table: Callable[[Doc], None]) -> None:

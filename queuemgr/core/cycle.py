@@ -97,6 +97,7 @@ class _Stale:
 
 
 _STALE = _Stale()
+_NOT_PREEMPTED = _Stale()  # a distinct sentinel: preemption found no way in
 
 
 class _Cycle:
@@ -113,11 +114,13 @@ class _Cycle:
         self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
+        self._fair_cohorts = frozenset(c.name for c in config.cohorts.values() if c.fair_sharing)
         self.preemptor = Preemptor(
             admitted=snapshot.admitted,
             cluster_queues=config.cluster_queues,
             ledger=self.ledger,
             pool=self.pool,
+            fair_cohorts=self._fair_cohorts,
         )
         self.evictions: list[Eviction] = []
         self.planner = Planner(snapshot)
@@ -227,8 +230,12 @@ class _Cycle:
                 detail=partial(check.describe, flavor),
             )
         self._memo[(cq.name, w.shape)] = verdict
-        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq):
-            return self._preempt(cq, w) or verdict
+        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(
+            cq, self._fair_cohorts
+        ):
+            outcome = self._preempt(cq, w)
+            if outcome is not _NOT_PREEMPTED:
+                return outcome  # admitted (None), or waiting for its victims to stop
         return verdict
 
     def _partial(
@@ -261,11 +268,15 @@ class _Cycle:
                 return (fq.flavor, *found[1])
         return None
 
-    def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        """Evict for ``w`` if a minimal set of victims lets it in; None once admitted."""
+    def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | _Stale | None:
+        """Evict for ``w`` if a minimal set of victims lets it in.
+
+        None once admitted; a ``Preempting`` verdict when it waits for its victims;
+        ``_NOT_PREEMPTED`` when no set of victims would let it in.
+        """
         found = self.preemptor.find(cq, w)
         if found is None:
-            return None
+            return _NOT_PREEMPTED
         self.evictions.extend(found.evictions)
         # Evictions free capacity, so failures seen so far may not hold any more.
         self._node_fail.clear()

@@ -105,6 +105,9 @@ class Node:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Cohort:
     name: CohortName
+    # Borrowing queues may preempt each other's borrowed workloads to even out
+    # their dominant shares (docs/scheduling.md, fair-sharing preemption).
+    fair_sharing: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,6 +27,7 @@ from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
     ClusterQueueName,
+    CohortName,
     FlavorName,
     PodSet,
     PodSetPlacement,
@@ -51,11 +52,12 @@ class Preemption:
     evictions: tuple[Eviction, ...]
 
 
-def may_preempt(cq: ClusterQueue) -> bool:
+def may_preempt(cq: ClusterQueue, fair_cohorts: Collection[CohortName] = ()) -> bool:
     p = cq.preemption
     return (
         p.within_cluster_queue is not WithinClusterQueue.NEVER
         or p.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
+        or (cq.cohort is not None and cq.cohort in fair_cohorts)
     )
 
 
@@ -69,7 +71,9 @@ class Preemptor:
         cluster_queues: Mapping[ClusterQueueName, ClusterQueue],
         ledger: QuotaLedger,
         pool: NodePool,
+        fair_cohorts: Collection[CohortName] = (),
     ) -> None:
+        self._fair = frozenset(fair_cohorts)
         self._admitted = admitted
         self._cqs = cluster_queues
         self._ledger = ledger
@@ -103,6 +107,14 @@ class Preemptor:
             and cq.cohort is not None
             and self._within_nominal(cq, w, flavor)
         )
+        # Beyond its nominal quota, a queue of a fair-sharing cohort may still take
+        # from other borrowers whose share stays at least its own (checked per victim).
+        fair = (
+            not may_reclaim
+            and cq.cohort is not None
+            and cq.cohort in self._fair
+            and not self._within_nominal(cq, w, flavor)
+        )
         out: list[tuple[AdmittedWorkload, PreemptionReason]] = []
         for a in self._admitted.values():
             if a.admission.flavor != flavor or a.workload.id in self.evicted:
@@ -111,11 +123,13 @@ class Preemptor:
             if a.admission.cluster_queue == cq.name:
                 if _lower(within, v, w):
                     out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
-            elif may_reclaim:
+            elif may_reclaim or fair:
                 peer = self._cqs.get(a.admission.cluster_queue)
                 if peer is None or peer.cohort != cq.cohort:
                     continue
-                if reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
+                if fair:
+                    out.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
+                elif reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
                     out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
 
         def order(item: tuple[AdmittedWorkload, PreemptionReason]) -> tuple[int, int, float, str]:
@@ -129,11 +143,16 @@ class Preemptor:
     def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
         chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
         for a, reason in self._candidates(cq, w, flavor):
-            if reason is PreemptionReason.IN_COHORT_RECLAMATION and not self._borrows(
+            if reason is not PreemptionReason.IN_CLUSTER_QUEUE and not self._borrows(
                 a.admission.cluster_queue, flavor
             ):
                 continue  # that peer is back within its nominal: nothing left to reclaim
             self._remove(a)
+            if reason is PreemptionReason.IN_COHORT_FAIR_SHARING and not self._fair_to_take(
+                cq, w, flavor, a
+            ):
+                self._restore(a)
+                continue
             chosen.append((a, reason))
             if self._fits(cq, w, flavor):
                 break
@@ -164,6 +183,18 @@ class Preemptor:
         )
 
     # -- helpers ----------------------------------------------------------
+    def _fair_to_take(
+        self, cq: ClusterQueue, w: Workload, flavor: FlavorName, victim: AdmittedWorkload
+    ) -> bool:
+        """Kueue's LessThanOrEqualToFinalShare, with ``victim`` already removed.
+
+        The victim's queue must keep a share at least the preemptor's share after its
+        admission, so that the victim could never take the capacity straight back.
+        """
+        mine = self._ledger.share(cq.name, (flavor, w.total_requests))
+        theirs = self._ledger.share(victim.admission.cluster_queue)
+        return theirs >= mine
+
     def _fits(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
         if not self._ledger.check(cq.name, flavor, w.total_requests).fits:
             return False

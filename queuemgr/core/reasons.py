@@ -44,6 +44,7 @@ class PendingReason(enum.Enum):
 class PreemptionReason(enum.Enum):
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"
+    IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

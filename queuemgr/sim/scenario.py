@@ -167,10 +167,13 @@ def _cohorts(raw: object) -> list[Cohort]:
     seen: dict[str, str] = {}
     for i, item in enumerate(y.sequence(raw, "cohorts")):
         p = at("cohorts", i)
-        m = y.mapping(item, p, required=("name",))
+        m = y.mapping(item, p, required=("name",), optional=("fair_sharing",))
         cname = y.name(m["name"], at(p, "name"))
         y.unique(seen, cname, p, "cohort")
-        out.append(Cohort(name=CohortName(cname)))
+        fair = m.get("fair_sharing", False)
+        if not isinstance(fair, bool):
+            raise ScenarioError(f"{at(p, 'fair_sharing')}: expected true or false, got {fair!r}")
+        out.append(Cohort(name=CohortName(cname), fair_sharing=fair))
     return out
 
 

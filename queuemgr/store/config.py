@@ -144,18 +144,23 @@ def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
 
 
 def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
+    """Create or update a cohort; True (and an audit row) when something changed."""
+    after = {"name": c.name, "fair_sharing": c.fair_sharing}
     with atomic(conn):
-        created = conn.execute(
-            pg_insert(CohortRow)
-            .values(name=c.name)
-            .on_conflict_do_nothing()
-            .returning(CohortRow.name)
+        row = conn.execute(
+            select(CohortRow.fair_sharing).where(CohortRow.name == c.name).with_for_update()
         ).first()
-        if created is None:
+        if row is not None and row.fair_sharing == c.fair_sharing:
             return False
-        return _audit(
-            conn, actor=actor, kind="Cohort", name=c.name, before=None, after={"name": c.name}
+        before = None if row is None else {"name": c.name, "fair_sharing": row.fair_sharing}
+        conn.execute(
+            pg_insert(CohortRow)
+            .values(name=c.name, fair_sharing=c.fair_sharing)
+            .on_conflict_do_update(
+                index_elements=[CohortRow.name], set_={"fair_sharing": c.fair_sharing}
+            )
         )
+        return _audit(conn, actor=actor, kind="Cohort", name=c.name, before=before, after=after)
 
 
 def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
@@ -278,7 +283,10 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
             stopped.add(name)
     config = Config.of(
         flavors=[_flavor_of(f) for f in _rows(conn, select(Flavor.__table__))],
-        cohorts=[Cohort(name=CohortName(c["name"])) for c in _rows(conn, select(CohortRow.name))],
+        cohorts=[
+            Cohort(name=CohortName(c["name"]), fair_sharing=c["fair_sharing"])
+            for c in _rows(conn, select(CohortRow.__table__))
+        ],
         cluster_queues=cqs,
         local_queues=[
             LocalQueue(

@@ -101,6 +101,7 @@ class Node(Base):
 class CohortRow(Base):
     __tablename__ = "cohorts"
     name: Mapped[str] = mapped_column(Text, primary_key=True)
+    fair_sharing: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class ClusterQueueRow(Base):

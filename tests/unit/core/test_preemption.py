@@ -43,6 +43,7 @@ def test_within_cluster_queue(within: str, running_priority: int, evicts: bool) 
     if evicts:
         # One victim suffices; the most recently admitted goes first.
         assert res.evicted_ids() == {"a/low1"}
+        assert "a/high" not in res.decisions.pending  # admitted, so not also pending
         (e,) = res.decisions.evicted
         assert e.reason is PreemptionReason.IN_CLUSTER_QUEUE
         assert "a/high" in e.message

@@ -57,6 +57,7 @@ def test_evictions_keep_quota_nodes_and_gangs(sc: Scenario) -> None:
     event("evicted some" if evicted else "evicted none")
     assert evicted <= set(snap.admitted)
     assert not evicted & decided.admitted_ids()
+    assert not decided.admitted_ids() & set(decided.pending)  # admitted is never pending
     assert len(evicted) == len(decided.evicted)  # nobody is evicted twice
     held = [a for wid, a in snap.admitted.items() if wid not in evicted]
     held.extend(decided.admitted)

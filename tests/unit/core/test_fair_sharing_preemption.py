@@ -1,0 +1,80 @@
+"""Fair-sharing preemption: borrowers even out their shares, and never ping-pong."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from queuemgr.core.model import Cohort, CohortName
+from queuemgr.core.reasons import PreemptionReason
+from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
+from tests.unit.core.test_properties import SETTINGS
+
+
+def _greedy_borrower(fair: bool, running: int = 8, arrivals: int = 8) -> World:
+    """An idle lender; a holds every GPU on borrowed quota; b arrives with as many jobs."""
+    world = World().cq(
+        make_cq("lender").cohort("c").nominal(gpu=8, cpu="96"),
+        make_cq("a").cohort("c").nominal(gpu=0, cpu="0"),
+        make_cq("b").cohort("c").nominal(gpu=0, cpu="0"),
+    )
+    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=fair)]
+    world.node(make_nodes("n", 1))
+    for i in range(running):
+        job = make_workload(f"a{i}").ns("a").gpus(1).at(float(i)).build()
+        world.running(make_admitted(job, "a", "default", {"n-0": 1}, at=float(i)))
+    world.submit(*(make_workload(f"b{i}").ns("b").gpus(1).at(100.0 + i) for i in range(arrivals)))
+    return world
+
+
+def test_without_fair_sharing_the_late_borrower_waits() -> None:
+    res = _greedy_borrower(fair=False).run(now=200.0)
+    assert res.decisions.evicted == ()
+    assert res.admitted_ids() == set()
+
+
+def test_fair_sharing_evens_out_the_borrowers() -> None:
+    res = _greedy_borrower(fair=True).run(now=200.0)
+    assert all(e.reason is PreemptionReason.IN_COHORT_FAIR_SHARING for e in res.decisions.evicted)
+    held_a = 8 - len(res.decisions.evicted)
+    held_b = len(res.admitted_ids())
+    assert held_a + held_b == 8
+    assert abs(held_a - held_b) <= 1  # equal weights: an even split, to one job
+    # Most recently admitted victims go first.
+    assert {e.victim.workload.name for e in res.decisions.evicted} == {
+        f"a{i}" for i in range(8 - len(res.decisions.evicted), 8)
+    }
+
+
+def test_the_victims_do_not_take_it_back() -> None:
+    first = _greedy_borrower(fair=True).run(now=200.0)
+    victims = [e.victim.workload for e in first.decisions.evicted]
+    second = first.next(*victims, finished=[w.id for w in victims]).run(now=201.0)
+    assert second.decisions.evicted == ()
+
+
+@SETTINGS
+@given(
+    running=st.integers(0, 8),
+    arrivals=st.integers(0, 8),
+    later=st.integers(0, 4),
+)
+def test_random_arrivals_never_cause_an_eviction_ping_pong(
+    running: int, arrivals: int, later: int
+) -> None:
+    # Cycle after cycle, evicted workloads come back and new ones arrive; a workload
+    # that preempted is never evicted by one of its own victims.
+    res = _greedy_borrower(fair=True, running=running, arrivals=arrivals).run(now=200.0)
+    preempted_by: dict[str, str] = {}
+    now = 200.0
+    for step in range(3):
+        for e in res.decisions.evicted:
+            assert preempted_by.get(e.preemptor) != e.victim.workload.id, "ping-pong"
+            preempted_by[e.victim.workload.id] = e.preemptor
+        victims = [e.victim.workload for e in res.decisions.evicted]
+        fresh = [
+            make_workload(f"late{step}-{i}").ns("ab"[i % 2]).gpus(1).at(now + i).build()
+            for i in range(later)
+        ]
+        now += 1.0
+        res = res.next(*victims, *fresh, finished=[w.id for w in victims]).run(now=now)
