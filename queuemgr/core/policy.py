@@ -25,6 +25,13 @@ class PreemptorAdmission(enum.Enum):
     AFTER_VICTIMS_STOP = "after_victims_stop"
 
 
+class OverrunPolicy(enum.Enum):
+    # A run past its max_runtime goes on; its end becomes unknown to the planner.
+    EXTEND = "extend"
+    # A run is stopped at its max_runtime (finished, reason MaxRuntimeExceeded).
+    EVICT = "evict"
+
+
 class Ordering(enum.Enum):
     FIFO = "fifo"
     USAGE = "usage"
@@ -36,6 +43,7 @@ class SchedulerPolicy:
     # How many blocked workloads per cycle get a reservation (0: no backfill guard,
     # Kueue's behaviour; 1: Slurm's EASY backfill; more: closer to conservative).
     reservation_depth: int = 0
+    overrun_policy: OverrunPolicy = OverrunPolicy.EXTEND
     # ``fifo``: priority, then creation. ``usage``: LocalQueues with less decayed
     # usage (per their ClusterQueue's weight) go first, within a queue and among
     # a cohort's borrowers.

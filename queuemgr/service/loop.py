@@ -38,7 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import AdmittedWorkload, WorkloadId
-from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.policy import OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.leader import LeaderElector
@@ -160,9 +160,10 @@ class SchedulerLoop:
         with self._engine.begin() as conn:
             sample_usage(conn, state.snapshot().usage, now=now)
         grace = self._safety_interval
+        evict = self._policy.overrun_policy is OverrunPolicy.EVICT
         for a in state.admitted:
             limit = a.workload.max_runtime
-            if limit is not None and now - a.admitted_at > limit + grace:
+            if evict and limit is not None and now - a.admitted_at > limit + grace:
                 self._retry(token, partial(self._backend.stop, a.workload.id))
                 try:
                     with self._engine.begin() as conn:

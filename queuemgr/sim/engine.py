@@ -30,7 +30,7 @@ from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import UsageTracker
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
-from queuemgr.core.policy import Ordering, SchedulerPolicy
+from queuemgr.core.policy import Ordering, OverrunPolicy, SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
@@ -102,6 +102,7 @@ class Engine:
         self.config = config
         self.cache = Cache(config, policy)
         policy = policy or SchedulerPolicy()
+        self.policy = policy
         # Decayed usage per LocalQueue, kept only when the ordering reads it.
         self.usage: UsageTracker | None = None
         if policy.ordering is Ordering.USAGE:
@@ -173,8 +174,9 @@ class Engine:
     def _submit(self, now: float, sw: SimWorkload) -> None:
         w = sw.workload
         self.cache.add_pending(w)
-        # A declared max_runtime stops the job at that limit, as a deadline would.
-        if w.max_runtime is not None and sw.runtime > w.max_runtime:
+        # Under overrun_policy evict, a declared max_runtime stops the job at that limit.
+        evict = self.policy.overrun_policy is OverrunPolicy.EVICT
+        if evict and w.max_runtime is not None and sw.runtime > w.max_runtime:
             self._runtime[w.id] = (w.max_runtime, True)
         else:
             self._runtime[w.id] = (sw.runtime, False)

@@ -15,13 +15,14 @@ from collections.abc import Iterable
 import yaml
 
 from queuemgr.core.fairshare import DEFAULT_WEIGHTS
-from queuemgr.core.policy import Ordering, PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.policy import Ordering, OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.resources import parse_resource_name
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.yamlcheck import ScenarioError, at
 
 KNOBS = (
     "reservation_depth",
+    "overrun_policy",
     "preemptor_admission",
     "ordering",
     "usage_half_life",
@@ -64,6 +65,11 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     ordering = _choice(
         m.get("ordering", Ordering.FIFO.value), at(path, "ordering"), [o.value for o in Ordering]
     )
+    overrun = _choice(
+        m.get("overrun_policy", OverrunPolicy.EXTEND.value),
+        at(path, "overrun_policy"),
+        [o.value for o in OverrunPolicy],
+    )
     half_life = parse_duration(m.get("usage_half_life", "7d"), at(path, "usage_half_life"))
     weights = dict(DEFAULT_WEIGHTS)
     if "usage_resource_weights" in m:
@@ -77,6 +83,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
         }
     return SchedulerPolicy(
         reservation_depth=depth,
+        overrun_policy=OverrunPolicy(overrun),
         preemptor_admission=PreemptorAdmission(admission),
         ordering=Ordering(ordering),
         usage_half_life=half_life,
@@ -90,6 +97,7 @@ def override_policy(
     """``policy`` with ``KNOB=VALUE`` overrides applied, checked like the file's own knobs."""
     raw: dict[str, object] = {
         "reservation_depth": policy.reservation_depth,
+        "overrun_policy": policy.overrun_policy.value,
         "preemptor_admission": policy.preemptor_admission.value,
         "ordering": policy.ordering.value,
         "usage_half_life": policy.usage_half_life,

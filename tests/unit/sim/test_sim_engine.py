@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import summarize
 from queuemgr.sim.scenario import parse_scenario
@@ -44,7 +46,8 @@ def cohort_scenario(workloads: list[Any]) -> dict[str, Any]:
 def run(raw: dict[str, Any], until: float | None = None) -> tuple[list[Event], dict[str, Any]]:
     scenario = parse_scenario(raw)
     events: list[Event] = []
-    result = Engine(scenario.config, scenario.workloads, emit=events.append).run(until=until)
+    engine = Engine(scenario.config, scenario.workloads, emit=events.append, policy=scenario.policy)
+    result = engine.run(until=until)
     return events, summarize(result, scenario.config)
 
 
@@ -121,12 +124,20 @@ def test_until_stops_early_and_counts_what_is_left() -> None:
     assert summary["invariant_violations"] == 0
 
 
-def test_max_runtime_stops_a_job() -> None:
+@pytest.mark.parametrize(
+    ("overrun", "end", "reason"),
+    [
+        pytest.param("evict", 40, "MaxRuntimeExceeded", id="evict-stops-at-the-limit"),
+        pytest.param("extend", 100, None, id="extend-runs-to-the-end"),
+    ],
+)
+def test_overrun_policy(overrun: str, end: float, reason: str | None) -> None:
     raw = cohort_scenario([workload("capped", "a", at=0, runtime=100, gpus=1)])
     raw["workloads"][0]["max_runtime"] = 40
+    raw["scheduler"] = {"overrun_policy": overrun}
     events, _ = run(raw)
     (done,) = of(events, "finished")
-    assert done["t"] == 40 and done["reason"] == "MaxRuntimeExceeded"
+    assert done["t"] == end and done["reason"] == reason
 
 
 def test_same_timestamp_finishes_before_arrivals() -> None:
