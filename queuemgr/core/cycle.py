@@ -129,6 +129,7 @@ class _Cycle:
             self.rank = self._usage_rank
         self.guards: list[Guard] = []
         self.reservations: dict[WorkloadId, Reservation] = {}
+        self._etas: dict[tuple[ClusterQueueName, ShapeId], float | None] = {}
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
@@ -436,6 +437,24 @@ class _Cycle:
             eta=reservation.start,
         )
 
+    def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
+        """When the running workloads' declared ends first leave room for ``w``'s shape.
+
+        Asked lazily, once per queue and shape, when someone reads a status.
+        """
+        key = (cq_name, w.shape)
+        if key not in self._etas:
+            evicted = {e.victim.workload.id: e.victim for e in self.evictions}
+            plan = self.planner.reserve(
+                self.snapshot.config.cluster_queues[cq_name],
+                w,
+                admitted_now=self.admitted,
+                evicted=evicted,
+                now=self.now,
+            )
+            self._etas[key] = plan.start
+        return self._etas[key]
+
     # -- phase 6: requeue -------------------------------------------------
     def decisions(self) -> Decisions:
         config = self.snapshot.config
@@ -449,6 +468,7 @@ class _Cycle:
             shape_verdicts=self._memo,
             blocked=self._blocked,
             admitted=frozenset(a.workload.id for a in self.admitted),
+            eta_for=self._eta,
         )
         return Decisions(
             admitted=tuple(self.admitted),

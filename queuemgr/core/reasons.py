@@ -86,7 +86,10 @@ class PendingStatus:
     message: str
     position_in_local_queue: int  # 1-based, among the workloads still pending
     position_in_cluster_queue: int
-    eta: float | None = None  # expected start (a reservation's), None when unknown
+    # Expected start: a reservation's start, else the earliest time the running
+    # workloads' declared ends would make room for it (a lower bound: it ignores
+    # the workloads ahead of it). None when unknown or when it can never fit.
+    eta: float | None = None
 
 
 class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
@@ -108,7 +111,9 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         blocked: Mapping[ClusterQueueName, Verdict],
         admitted: frozenset[WorkloadId],
         rank: Rank | None = None,
+        eta_for: Callable[[Workload, ClusterQueueName], float | None] | None = None,
     ) -> None:
+        self._eta_for = eta_for
         self._rank = rank
         self._queues = queues
         self._unroutable = unroutable
@@ -184,8 +189,15 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             message=verdict.message,
             position_in_local_queue=lq_pos,
             position_in_cluster_queue=cq_pos,
-            eta=verdict.eta,
+            eta=self._eta(w, cq, verdict),
         )
+
+    def _eta(self, w: Workload, cq: ClusterQueueName | None, verdict: Verdict) -> float | None:
+        if verdict.eta is not None or cq is None or self._eta_for is None:
+            return verdict.eta
+        if verdict.reason is PendingReason.INADMISSIBLE:
+            return None
+        return self._eta_for(w, cq)
 
     def __iter__(self) -> Iterator[WorkloadId]:
         return iter(self._count())

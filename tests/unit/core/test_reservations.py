@@ -84,3 +84,31 @@ def test_unknown_when_a_blocker_declares_no_max_runtime() -> None:
     assert "q/run1" in res.message("q/gang")
     # An unknown reservation holds nothing back.
     assert "q/small" in res.admitted_ids()
+
+
+@pytest.mark.parametrize(
+    ("ends", "fill_limit", "gpus", "eta"),
+    [
+        pytest.param((100.0, 300.0), 1000.0, 4, 100.0, id="first-end-makes-room"),
+        pytest.param((100.0, 300.0), 1000.0, 8, 1000.0, id="a-whole-node-needs-both-ends"),
+        pytest.param((None, 300.0), None, 4, 300.0, id="the-known-end-suffices"),
+        pytest.param((None, None), None, 4, None, id="no-declared-end-no-eta"),
+    ],
+)
+def test_every_pending_workload_gets_an_eta(
+    ends: tuple[float | None, ...], fill_limit: float | None, gpus: int, eta: float | None
+) -> None:
+    world = _busy_cluster(ends)
+    world.policy = SchedulerPolicy()  # no reservations: the ETA still comes from the plan
+    # Fill the free half of each node, so that nothing fits now.
+    for i in range(2):
+        job = make_workload(f"fill{i}").ns("q").gpus(4).max_runtime(fill_limit).build()
+        world.running(make_admitted(job, "q", "default", {f"n-{i}": 1}, at=0.0))
+    res = world.submit(make_workload("w").ns("q").gpus(gpus).at(1.0)).run(now=50.0)
+    assert res.status("q/w").eta == eta
+
+
+def test_an_inadmissible_workload_has_no_eta() -> None:
+    res = _busy_cluster().submit(make_workload("w").ns("q").gpus(16).at(1.0)).run(now=50.0)
+    assert res.reason("q/w") is PendingReason.INADMISSIBLE
+    assert res.status("q/w").eta is None
