@@ -10,6 +10,7 @@ naming the flag); deletes refuse objects still in use, naming the users
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -69,14 +70,7 @@ def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -
 @handled
 def flavor_delete(name: str) -> None:
     """Delete ResourceFlavor NAME (refused while a ClusterQueue has quota on it)."""
-    with engine() as eng, eng.begin() as conn:
-        try:
-            deleted = admin.delete_flavor(conn, name, actor=os_actor())
-        except admin.ObjectInUse as exc:
-            raise CliError(str(exc)) from None
-        if not deleted:
-            raise not_found("flavor", name, load_config(conn)[0].flavors)
-        notify(conn, "config")
+    _delete("flavor", name, admin.delete_flavor, lambda config: config.flavors)
     click.echo(f"resourceflavor {name} deleted")
 
 
@@ -151,15 +145,25 @@ def cohort_create(name: str) -> None:
 @handled
 def cohort_delete(name: str) -> None:
     """Delete Cohort NAME (refused while ClusterQueues belong to it)."""
+    _delete("cohort", name, admin.delete_cohort, lambda config: config.cohorts)
+    click.echo(f"cohort {name} deleted")
+
+
+def _delete(
+    kind: str,
+    name: str,
+    delete: Callable[..., bool],
+    known: Callable[[Config], Mapping[Any, object]],
+) -> None:
+    """Delete one object with its audit row; in use or unknown is a clear error."""
     with engine() as eng, eng.begin() as conn:
         try:
-            deleted = admin.delete_cohort(conn, name, actor=os_actor())
+            deleted = delete(conn, name, actor=os_actor())
         except admin.ObjectInUse as exc:
             raise CliError(str(exc)) from None
         if not deleted:
-            raise not_found("cohort", name, load_config(conn)[0].cohorts)
+            raise not_found(kind, name, known(load_config(conn)[0]))
         notify(conn, "config")
-    click.echo(f"cohort {name} deleted")
 
 
 def _cohort_docs(config: Config) -> list[dict[str, Any]]:
