@@ -22,7 +22,7 @@ as a fraction of capacity: sum |alloc - fair| / (2 x capacity); and the ETA
 error: for each job that had to wait, |actual start - the ETA its status gave
 in its first cycle|, median and p90 (jobs with an unknown ETA are not counted).
 
-    python bench/policy_replay.py [--limit N]
+    python bench/policy_replay.py [--limit N] [--plot waits.png]
 """
 
 from __future__ import annotations
@@ -156,11 +156,13 @@ class Meter:
         }
 
 
-def run(policy: SchedulerPolicy, workloads: list[SimWorkload]) -> dict[str, float | None]:
+def run(
+    policy: SchedulerPolicy, workloads: list[SimWorkload], meters: dict[str, Meter], name: str
+) -> dict[str, float | None]:
     scenario = load_scenario(SCENARIO)
     capacity = sum(n.allocatable.get(GPU, 0) for n in scenario.config.nodes.values())
     gpus = {sw.workload.id: sw.workload.gpus for sw in workloads}
-    meter = Meter(gpus, capacity)
+    meter = meters[name] = Meter(gpus, capacity)
     engine = Engine(
         scenario.config,
         workloads,
@@ -179,6 +181,7 @@ def run(policy: SchedulerPolicy, workloads: list[SimWorkload]) -> dict[str, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=0, help="only the first N jobs")
+    parser.add_argument("--plot", type=Path, help="write a PNG of p95 waits by gang size")
     args = parser.parse_args()
     scenario = load_scenario(SCENARIO)
     namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
@@ -191,7 +194,8 @@ def main() -> None:
         )
         for sw in jobs
     ]
-    results = {name: run(policy, jobs) for name, policy in POLICIES.items()}
+    meters: dict[str, Meter] = {}
+    results = {name: run(policy, jobs, meters, name) for name, policy in POLICIES.items()}
     keys = [
         "utilization",
         "p50 1-GPU",
@@ -214,6 +218,37 @@ def main() -> None:
             f"{k} {_ratio(res[k], base[k])}" for k in ("utilization", "p95 1-GPU", "p95 >=32")
         ]
         print(f"  {name:<26}" + ", ".join(ratios))
+    if args.plot is not None:
+        plot(meters, args.plot, len(jobs))
+        print(f"plot written to {args.plot}")
+
+
+def plot(meters: dict[str, Meter], path: Path, jobs: int) -> None:
+    """Grouped bars: p95 wait (hours) per gang-size bucket, one bar per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = [(1, 1, "1"), (2, 8, "2-8"), (9, 31, "9-31"), (32, 10**9, ">=32")]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(meters)
+    for i, (name, meter) in enumerate(meters.items()):
+        heights = []
+        for lo, hi, _ in buckets:
+            waits = sorted(
+                w for wid, ws in meter.waits.items() for w in ws if lo <= meter.gpus[wid] <= hi
+            )
+            heights.append((percentile(waits, 95) or 0.0) / 3600)
+        xs = [b + i * width for b in range(len(buckets))]
+        ax.bar(xs, heights, width, label=name)
+    ax.set_xticks([b + 0.4 - width / 2 for b in range(len(buckets))], [b[2] for b in buckets])
+    ax.set_xlabel("GPUs per job")
+    ax.set_ylabel("p95 wait (hours)")
+    ax.set_title(f"Philly, first {jobs} jobs, 160x8 GPUs, 8 assigned tenants")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def _cell(key: str, value: float | None) -> str:
