@@ -115,12 +115,7 @@ def _flavor_table(doc: dict[str, Any]) -> None:
 @handled
 def flavor_describe(name: str, output: str) -> None:
     """ResourceFlavor NAME."""
-    with engine() as eng, eng.connect() as conn:
-        config, _ = load_config(conn)
-    docs = [d for d in _flavor_docs(config) if d["name"] == name]
-    if not docs:
-        raise not_found("flavor", name, config.flavors)
-    emit(docs[0], output, lambda d: print_fields(list(d.items())))
+    _describe("flavor", name, output, _flavor_docs, lambda config: config.flavors)
 
 
 @click.group("cohort")
@@ -202,9 +197,20 @@ def cohort_list(output: str) -> None:
 @handled
 def cohort_describe(name: str, output: str) -> None:
     """Cohort NAME and its members."""
+    _describe("cohort", name, output, _cohort_docs, lambda config: config.cohorts)
+
+
+def _describe(
+    kind: str,
+    name: str,
+    output: str,
+    docs_of: Callable[[Config], list[dict[str, Any]]],
+    known: Callable[[Config], Mapping[Any, object]],
+) -> None:
+    """Print one object's document, or fail naming the nearest known names."""
     with engine() as eng, eng.connect() as conn:
         config, _ = load_config(conn)
-    docs = [d for d in _cohort_docs(config) if d["name"] == name]
+    docs = [d for d in docs_of(config) if d["name"] == name]
     if not docs:
-        raise not_found("cohort", name, config.cohorts)
+        raise not_found(kind, name, known(config))
     emit(docs[0], output, lambda d: print_fields(list(d.items())))

@@ -116,16 +116,7 @@ def upsert_flavor(conn: Connection, f: ResourceFlavor, *, actor: str) -> bool:
         old = _one(conn, select(Flavor.__table__).where(Flavor.name == f.name))
         before = None if old is None else codec.flavor_json(_flavor_of(old))
         after = codec.flavor_json(f)
-        if before != after:
-            values = dict(after)
-            conn.execute(
-                pg_insert(Flavor)
-                .values(values)
-                .on_conflict_do_update(index_elements=[Flavor.name], set_=values)
-            )
-        return _audit(
-            conn, actor=actor, kind="ResourceFlavor", name=f.name, before=before, after=after
-        )
+        return _write(conn, Flavor, "ResourceFlavor", f.name, before, after, actor=actor)
 
 
 def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
@@ -133,14 +124,28 @@ def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
         old = _one(conn, select(NodeRow.__table__).where(NodeRow.name == n.name))
         before = None if old is None else codec.node_json(_node_of(old))
         after = codec.node_json(n)
-        if before != after:
-            values = dict(after)
-            conn.execute(
-                pg_insert(NodeRow)
-                .values(values)
-                .on_conflict_do_update(index_elements=[NodeRow.name], set_=values)
-            )
-        return _audit(conn, actor=actor, kind="Node", name=n.name, before=before, after=after)
+        return _write(conn, NodeRow, "Node", n.name, before, after, actor=actor)
+
+
+def _write(
+    conn: Connection,
+    table: type[Flavor] | type[NodeRow],
+    kind: str,
+    name: str,
+    before: Json | None,
+    after: Json,
+    *,
+    actor: str,
+) -> bool:
+    """Upsert a row keyed by name when it changed, with its audit row; True if changed."""
+    if before != after:
+        values = dict(after)
+        conn.execute(
+            pg_insert(table)
+            .values(values)
+            .on_conflict_do_update(index_elements=[table.name], set_=values)
+        )
+    return _audit(conn, actor=actor, kind=kind, name=name, before=before, after=after)
 
 
 def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
