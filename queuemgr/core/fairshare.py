@@ -78,5 +78,12 @@ class UsageTracker:
         """Start from a known history (e.g. usage samples kept in the store)."""
         self._entries.setdefault(queue, _Entry()).usage = max(0.0, usage)
 
+    def set_held(self, held: Mapping[LocalQueueKey, Resources]) -> None:
+        """Replace what every queue holds (a service that reloads its state each cycle)."""
+        for key, e in self._entries.items():
+            e.current = weighted(held[key], self.weights) if key in held else 0.0
+        for key in held.keys() - self._entries.keys():
+            self._entries[key] = _Entry(current=weighted(held[key], self.weights))
+
     def usage(self) -> dict[LocalQueueKey, float]:
         return {k: e.usage for k, e in self._entries.items()}

@@ -37,9 +37,12 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.cycle import schedule
+from queuemgr.core.fairshare import LocalQueueKey, UsageTracker, decayed
 from queuemgr.core.model import AdmittedWorkload, WorkloadId
 from queuemgr.core.policy import OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
+from queuemgr.core.resources import ResourceName, add
+from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
@@ -47,7 +50,7 @@ from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import evicted_workloads, finish_workload, requeue_workload
 from queuemgr.store.repository import StoredState, load_state
 from queuemgr.store.transitions import evict
-from queuemgr.store.usage import sample_usage
+from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
 from queuemgr.store.workloads import StateConflict, persist_decisions
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,16 @@ class CycleReport:
     finished: tuple[WorkloadId, ...]
     pending: int
     duration_s: float
+
+
+def _held_by_queue(
+    admitted: tuple[AdmittedWorkload, ...],
+) -> dict[LocalQueueKey, dict[ResourceName, int]]:
+    held: dict[LocalQueueKey, dict[ResourceName, int]] = {}
+    for a in admitted:
+        key = (a.workload.namespace, a.workload.queue)
+        held[key] = add(held.get(key, {}), admitted_requests(a))
+    return held
 
 
 class SchedulerLoop:
@@ -89,6 +102,10 @@ class SchedulerLoop:
         self._safety_due = True
         self._adopted: LeaderToken | None = None
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
+        # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
+        self._usage = UsageTracker(
+            half_life=policy.usage_half_life, weights=policy.usage_resource_weights
+        )
         self._thread: threading.Thread | None = None
         self.cycles = 0
         self.last_error: str | None = None
@@ -112,7 +129,11 @@ class SchedulerLoop:
         now = self._clock.now()
         finished = self._record_finished(now)
         state = load_state(self._engine)
-        snapshot = dataclasses.replace(state.snapshot(), policy=self._policy)
+        self._usage.advance(now)
+        self._usage.set_held(_held_by_queue(state.admitted))
+        snapshot = dataclasses.replace(
+            state.snapshot(), policy=self._policy, queue_usage=self._usage.usage()
+        )
         safety, self._safety_due = self._safety_due, False
         if safety:
             self._safety(token, state, now)
@@ -120,6 +141,8 @@ class SchedulerLoop:
         decisions = schedule(snapshot, now)
         duration = time.perf_counter() - started
         self._commit(token, decisions, state, now)
+        # Charged from now on: the next cycle's advance bills this holding.
+        self._usage.set_held(_held_by_queue((*state.admitted, *decisions.admitted)))
         self._metrics.observe_cycle(snapshot, decisions, duration, now)
         victims = [e.victim.workload.id for e in decisions.evicted]
         self._apply(token, list(decisions.admitted), victims)
@@ -158,7 +181,9 @@ class SchedulerLoop:
 
     def _safety(self, token: LeaderToken, state: StoredState, now: float) -> None:
         with self._engine.begin() as conn:
+            fence(conn, token)
             sample_usage(conn, state.snapshot().usage, now=now)
+            save_queue_usage(conn, self._usage.usage(), now=now)
         grace = self._safety_interval
         evict = self._policy.overrun_policy is OverrunPolicy.EVICT
         for a in state.admitted:
@@ -205,6 +230,7 @@ class SchedulerLoop:
 
     def _adopt(self, token: LeaderToken) -> None:
         """New leadership: run what the store says is admitted, finish what it evicted."""
+        self._seed_usage()
         state = load_state(self._engine)
         running = self._backend.running()
         for a in state.admitted:
@@ -216,6 +242,19 @@ class SchedulerLoop:
             if self._retry(token, partial(self._backend.stop, wid)):
                 self._requeue(token, wid)
         self._adopted = token
+
+    def _seed_usage(self) -> None:
+        # Nothing is charged for the gap since the last leader saved: seconds
+        # against a half-life of days.
+        now = self._clock.now()
+        with self._engine.connect() as conn:
+            saved = load_queue_usage(conn)
+        self._usage = UsageTracker(
+            half_life=self._policy.usage_half_life, weights=self._policy.usage_resource_weights
+        )
+        self._usage.advance(now)
+        for key, (usage, at) in saved.items():
+            self._usage.seed(key, decayed(usage, 0.0, now - at, self._policy.usage_half_life))
 
     # -- the thread ----------------------------------------------------------------
     def start(self) -> None:

@@ -235,3 +235,18 @@ class UsageSample(Base):
     local_queue: Mapped[str | None] = mapped_column(Text)  # "namespace/name"
     resource: Mapped[str] = mapped_column(Text)
     value: Mapped[Decimal] = mapped_column(Numeric)
+
+
+class LocalQueueUsage(Base):
+    """A LocalQueue's decayed usage, as the leader's tracker last saw it.
+
+    Kept beside the raw samples because rebuilding a seven-day half-life from
+    five-second samples would read millions of rows at every failover; this
+    is one row per LocalQueue, like Kueue's consumed resources in its status.
+    """
+
+    __tablename__ = "local_queue_usage"
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    usage: Mapped[float] = mapped_column(Double)  # weighted by usage_resource_weights
+    at: Mapped[datetime]

@@ -8,15 +8,20 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.fakes import FakeBackend
 from queuemgr.service.leader import LeaderElector
-from queuemgr.service.loop import SchedulerLoop
+from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.service.ports import SystemClock
 
 
 def make_loop(
-    engine: Engine, *, replica: str = "a", safety_interval: float = 30.0
+    engine: Engine,
+    *,
+    replica: str = "a",
+    safety_interval: float = 30.0,
+    policy: SchedulerPolicy = SERVICE_POLICY,
 ) -> tuple[SchedulerLoop, LeaderElector, FakeBackend]:
     metrics = SchedulerMetrics()
     backend = FakeBackend()
@@ -28,6 +33,7 @@ def make_loop(
         elector=elector,
         metrics=metrics,
         safety_interval=safety_interval,
+        policy=policy,
     )
     elector._on_elected = loop.wake  # what the composition root wires
     return loop, elector, backend

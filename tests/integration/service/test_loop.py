@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.core.model import WorkloadId
-from queuemgr.store.notify import submit_workload
+from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
+from queuemgr.core.policy import Ordering
+from queuemgr.service.loop import SERVICE_POLICY
+from queuemgr.store.config import upsert_local_queue
+from queuemgr.store.notify import finish_workload, submit_workload
 from tests.integration.service.helpers import make_loop, placements, states
 from tests.integration.store.helpers import gang, seed_config
 
@@ -83,3 +90,45 @@ def test_a_standby_does_not_schedule(engine: Engine) -> None:
     finally:
         elector_a.stop()
         elector_b.stop()
+
+
+def test_decayed_usage_survives_a_failover_and_orders_the_next_leaders_queue(
+    engine: Engine,
+) -> None:
+    # Two LocalQueues feed one ClusterQueue; "default" ran two full-node gangs
+    # under the first leader. After a failover the second leader must still
+    # know it, so the lighter queue's later gang goes first.
+    seed_config(engine)
+    with engine.begin() as conn:
+        upsert_local_queue(
+            conn,
+            LocalQueue(namespace="team-a", name="other", cluster_queue=ClusterQueueName("team-a")),
+            actor="test:alice",
+        )
+    policy = dataclasses.replace(SERVICE_POLICY, ordering=Ordering.USAGE, usage_half_life=60.0)
+    _submit(engine, "h1", "h2")
+    first, elector, _ = make_loop(engine, replica="a", policy=policy)
+    assert elector.step()
+    try:
+        first.run_once()
+        assert states(engine) == {"h1": "Admitted", "h2": "Admitted"}
+        time.sleep(0.5)
+        first.request_safety_cycle()
+        first.run_once()
+    finally:
+        elector.stop()
+    with engine.begin() as conn:
+        saved = {r.name: r.usage for r in conn.execute(sa.text("SELECT * FROM local_queue_usage"))}
+        assert saved["default"] > 0
+        for name in ("h1", "h2"):
+            finish_workload(conn, WorkloadId(f"team-a/{name}"), now=time.time())
+        submit_workload(conn, gang("d1", pods=2, created_at=1_700_000_010.0))
+        later = dataclasses.replace(gang("o1", pods=2, created_at=1_700_000_020.0), queue="other")
+        submit_workload(conn, later)
+    second, elector, _ = make_loop(engine, replica="b", policy=policy)
+    assert elector.step()
+    try:
+        report = second.run_once()
+        assert report is not None and report.admitted == ("team-a/o1",)
+    finally:
+        elector.stop()
