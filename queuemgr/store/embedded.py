@@ -34,6 +34,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,6 +226,16 @@ class EmbeddedPostgres:
             self._start_locked()
             holders.append(os.getpid())
         return self.url
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Stop the server whoever uses it, wait ``down_for`` seconds, start it again.
+
+        For outage drills: clients see their connections drop and must reconnect.
+        """
+        with self._locked():
+            self._stop_locked()
+            time.sleep(down_for)
+            self._start_locked()
 
     def release(self) -> None:
         """Unregister this process; the last holder stops the server."""
