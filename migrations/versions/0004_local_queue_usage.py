@@ -1,4 +1,4 @@
-"""Each LocalQueue's decayed usage survives a failover.
+"""Each LocalQueue's decayed usage survives a failover; samples say what was borrowed, for how long.
 
 Revision ID: 0004
 Revises: 0003
@@ -24,7 +24,14 @@ def upgrade() -> None:
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("namespace", "name"),
     )
+    op.add_column("usage_samples", sa.Column("borrowed", sa.Numeric(), nullable=True))
+    op.add_column(
+        "usage_samples",
+        sa.Column("period", sa.Double(), server_default=sa.text("0"), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("usage_samples", "period")
+    op.drop_column("usage_samples", "borrowed")
     op.drop_table("local_queue_usage")

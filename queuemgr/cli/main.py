@@ -28,6 +28,7 @@ from queuemgr.cli.objects import cohort, flavor
 from queuemgr.cli.queues import cq, lq, queues
 from queuemgr.cli.quota import quota
 from queuemgr.cli.serve import serve
+from queuemgr.cli.usage import usage
 from queuemgr.cli.workloads import cancel, list_, status, submit, why
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.knobs import override_policy
@@ -47,7 +48,7 @@ def main() -> None:
 
 main.add_command(db)
 main.add_command(serve)
-for _command in (apply, cq, lq, cohort, flavor, quota, queues, audit):
+for _command in (apply, cq, lq, cohort, flavor, quota, queues, usage, audit):
     main.add_command(_command)
 for _command in (submit, list_, status, why, cancel):
     main.add_command(_command)

@@ -100,6 +100,7 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._safety_due = True
+        self._last_sample: float | None = None
         self._adopted: LeaderToken | None = None
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
@@ -182,7 +183,11 @@ class SchedulerLoop:
     def _safety(self, token: LeaderToken, state: StoredState, now: float) -> None:
         with self._engine.begin() as conn:
             fence(conn, token)
-            sample_usage(conn, state.snapshot().usage, now=now)
+            # A sample stands for the time since this leader's previous one; the first
+            # after an election for one interval (the gap before it is not billed).
+            last, self._last_sample = self._last_sample, now
+            period = self._safety_interval if last is None else min(now - last, 60.0)
+            sample_usage(conn, state.config, state.admitted, now=now, period=period)
             save_queue_usage(conn, self._usage.usage(), now=now)
         grace = self._safety_interval
         evict = self._policy.overrun_policy is OverrunPolicy.EVICT
@@ -231,6 +236,7 @@ class SchedulerLoop:
     def _adopt(self, token: LeaderToken) -> None:
         """New leadership: run what the store says is admitted, finish what it evicted."""
         self._seed_usage()
+        self._last_sample = None
         state = load_state(self._engine)
         running = self._backend.running()
         for a in state.admitted:

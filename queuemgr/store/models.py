@@ -235,6 +235,11 @@ class UsageSample(Base):
     local_queue: Mapped[str | None] = mapped_column(Text)  # "namespace/name"
     resource: Mapped[str] = mapped_column(Text)
     value: Mapped[Decimal] = mapped_column(Numeric)
+    # Beyond the ClusterQueue's nominal quota, summed over flavors; NULL on LocalQueue rows.
+    borrowed: Mapped[Decimal | None] = mapped_column(Numeric)
+    # Seconds this sample stands for (since the leader's previous one): value x period
+    # integrates to GPU-seconds without guessing the sampling interval.
+    period: Mapped[float] = mapped_column(Double, server_default=text("0"))
 
 
 class LocalQueueUsage(Base):
