@@ -23,6 +23,7 @@ import click
 
 from queuemgr.cli.apply import apply
 from queuemgr.cli.audit import audit
+from queuemgr.cli.completion import completion
 from queuemgr.cli.db import db
 from queuemgr.cli.objects import cohort, flavor
 from queuemgr.cli.queues import cq, lq, queues
@@ -48,6 +49,7 @@ def main() -> None:
 
 main.add_command(db)
 main.add_command(serve)
+main.add_command(completion)
 for _command in (apply, cq, lq, cohort, flavor, quota, queues, usage, audit):
     main.add_command(_command)
 for _command in (submit, list_, status, why, cancel):

@@ -22,10 +22,13 @@ from typing import Any
 import click
 
 from queuemgr.cli.common import engine, namespace_option, quantities
+from queuemgr.cli.completion import complete_local_queue, complete_workload
 from queuemgr.cli.errors import CliError, handled, not_found
 from queuemgr.cli.explain import explain, print_why
 from queuemgr.cli.flags import check_name, namespace
 from queuemgr.cli.output import age, emit, iso, output_option, print_fields, print_table, vec
+from queuemgr.cli.watch import watch as watch_doc
+from queuemgr.cli.watch import watch_options
 from queuemgr.core.model import PodSet, Workload, WorkloadId
 from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.sim.knobs import parse_duration
@@ -36,7 +39,13 @@ from queuemgr.store.notify import finish_workload, submit_workload
 
 
 @click.command("submit", context_settings={"ignore_unknown_options": True})
-@click.option("-q", "--queue", required=True, help="LocalQueue to submit to.")
+@click.option(
+    "-q",
+    "--queue",
+    required=True,
+    help="LocalQueue to submit to.",
+    shell_complete=complete_local_queue,
+)
 @namespace_option
 @click.option("--name", default=None, help="Workload name (default: USER-<random>).")
 @click.option("--gpus", default="0", help="GPUs per pod.")
@@ -133,10 +142,13 @@ def workload_doc(info: WorkloadInfo) -> dict[str, Any]:
 
 @click.command("list")
 @namespace_option
-@click.option("-q", "--queue", default=None, help="Only this LocalQueue.")
+@click.option(
+    "-q", "--queue", default=None, help="Only this LocalQueue.", shell_complete=complete_local_queue
+)
 @click.option("-A", "--all-namespaces", is_flag=True, help="Workloads of every namespace.")
 @click.option("--all", "include_finished", is_flag=True, help="Include finished workloads.")
 @output_option
+@watch_options
 @handled
 def list_(
     namespace: str | None,
@@ -144,14 +156,25 @@ def list_(
     all_namespaces: bool,
     include_finished: bool,
     output: str,
+    watch: bool,
+    interval: float,
+    watch_timeout: str | None,
 ) -> None:
     """Workloads with their state and reason, oldest first."""
     ns = None if all_namespaces else namespace_of(namespace)
-    with engine() as eng, eng.connect() as conn:
-        infos = admin.workload_infos(
-            conn, namespace=ns, queue=queue, include_finished=include_finished
-        )
-    emit({"workloads": [workload_doc(i) for i in infos]}, output, _list_table)
+    with engine() as eng:
+
+        def fetch() -> dict[str, Any]:
+            with eng.connect() as conn:
+                infos = admin.workload_infos(
+                    conn, namespace=ns, queue=queue, include_finished=include_finished
+                )
+            return {"workloads": [workload_doc(i) for i in infos]}
+
+        if watch:
+            watch_doc(fetch, output, _list_table, interval=interval, timeout=watch_timeout)
+        else:
+            emit(fetch(), output, _list_table)
 
 
 def _list_table(doc: dict[str, Any]) -> None:
@@ -183,16 +206,38 @@ def _one(conn: Any, ns: str, name: str) -> WorkloadInfo:
 
 
 @click.command("status")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_workload)
 @namespace_option
 @output_option
+@watch_options
 @handled
-def status(name: str, namespace: str | None, output: str) -> None:
+def status(
+    name: str,
+    namespace: str | None,
+    output: str,
+    watch: bool,
+    interval: float,
+    watch_timeout: str | None,
+) -> None:
     """The stored state of workload NAME (as the service last wrote it)."""
     ns = namespace_of(namespace)
-    with engine() as eng, eng.connect() as conn:
-        doc = workload_doc(_one(conn, ns, name))
-    emit(doc, output, _status_fields)
+    with engine() as eng:
+
+        def fetch() -> dict[str, Any]:
+            with eng.connect() as conn:
+                return workload_doc(_one(conn, ns, name))
+
+        if not watch:
+            emit(fetch(), output, _status_fields)
+            return
+        watch_doc(
+            fetch,
+            output,
+            _status_fields,
+            interval=interval,
+            timeout=watch_timeout,
+            done=lambda d: d["state"] == "Finished",
+        )
 
 
 def _status_fields(d: dict[str, Any]) -> None:
@@ -216,7 +261,7 @@ def _status_fields(d: dict[str, Any]) -> None:
 
 
 @click.command("why")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_workload)
 @namespace_option
 @output_option
 @handled
@@ -231,7 +276,7 @@ def why(name: str, namespace: str | None, output: str) -> None:
 
 
 @click.command("cancel")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_workload)
 @namespace_option
 @handled
 def cancel(name: str, namespace: str | None) -> None:
