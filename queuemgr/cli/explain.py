@@ -7,13 +7,14 @@ with the core's own reason codes, messages, positions and ETA.
 
 What must stay true: nothing is written (the decisions are discarded); the
 snapshot is loaded in one REPEATABLE READ transaction (``load_state``); the
-policy is the default one (the service's ``scheduler:`` knobs are not known
-here; docs/cli.md says so); the document follows the ``why`` schema of
-docs/cli.md.
+policy is the one the last elected leader recorded (``scheduler_settings``),
+else the default, and ordering by usage reads the saved decayed usage, so the
+answer is the leader's; the document follows the ``why`` schema of docs/cli.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,15 +23,42 @@ from sqlalchemy import Engine
 
 from queuemgr.cli.output import duration, print_fields
 from queuemgr.core import schedule
-from queuemgr.core.model import WorkloadId
-from queuemgr.store.repository import load_state
+from queuemgr.core.fairshare import decayed
+from queuemgr.core.model import ClusterQueueName, WorkloadId
+from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.reasons import PendingReason
+from queuemgr.sim.knobs import parse_policy, policy_knobs
+from queuemgr.sim.yamlcheck import InputError
+from queuemgr.store.leadership import leader_settings
+from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.usage import load_queue_usage
 
 AHEAD = 5  # how many workloads ahead are listed; the count is always complete
 
-NO_ETA = (
-    "only a workload holding a reservation gets an ETA (scheduler reservation_depth), "
-    "and none covers this one"
+NO_ETA_INADMISSIBLE = "it could not start even on an idle cluster"
+NO_ETA_UNDECLARED = (
+    "it fits only once workloads without a declared max runtime have ended, "
+    "and nobody knows when that is"
 )
+
+
+def _policy(engine: Engine, now: float) -> tuple[SchedulerPolicy, dict[str, Any] | None, Any]:
+    """The last leader's policy and its record, and the decayed usage it orders by."""
+    with engine.connect() as conn:
+        settings = leader_settings(conn)
+        saved = load_queue_usage(conn)
+    if settings is None:
+        return SchedulerPolicy(), None, {}
+    record = {"replica": settings.replica, "elected_at": settings.elected_at.isoformat()}
+    try:
+        policy = parse_policy(settings.policy, "scheduler")
+    except InputError:  # written by a newer or older version: decide with the defaults
+        return SchedulerPolicy(), record, {}
+    usage = {
+        key: decayed(u, 0.0, max(now - at, 0.0), policy.usage_half_life)
+        for key, (u, at) in saved.items()
+    }
+    return policy, {**record, "knobs": policy_knobs(policy)}, usage
 
 
 def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
@@ -47,6 +75,8 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         "eta_reason": None,
         "ahead": [],
         "ahead_count": 0,
+        "frees_up": None,
+        "scheduler": None,
         "evaluated_at": datetime.fromtimestamp(now, UTC).isoformat(),
     }
     if workload["state"] not in ("Pending", "Inadmissible"):
@@ -71,7 +101,9 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
             eta_reason="the cluster queue is stopped",
         )
         return doc
-    decisions = schedule(state.snapshot(), now)
+    policy, doc["scheduler"], usage = _policy(engine, now)
+    snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
+    decisions = schedule(snapshot, now)
     admitted = list(decisions.admitted)
     mine = next((a for a in admitted if a.workload.id == wid), None)
     if mine is not None:
@@ -97,8 +129,12 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
     if st.eta is not None:
         doc["eta"] = datetime.fromtimestamp(st.eta, UTC).isoformat()
         doc["eta_in_s"] = max(st.eta - now, 0.0)
+    elif st.reason is PendingReason.INADMISSIBLE:
+        doc["eta_reason"] = NO_ETA_INADMISSIBLE
     else:
-        doc["eta_reason"] = NO_ETA
+        doc["eta_reason"] = NO_ETA_UNDECLARED
+    if st.cluster_queue is not None:
+        doc["frees_up"] = _frees_up(state, st.cluster_queue, wid, now)
     ahead: list[dict[str, Any]] = [
         {"workload": a.workload.id, "position": 0, "reason": "Admissible", "gpus": a.workload.gpus}
         for a in admitted
@@ -122,6 +158,47 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
     doc["ahead_count"] = len(ahead)
     doc["ahead"] = ahead[:AHEAD]
     return doc
+
+
+def _frees_up(state: StoredState, cq: str, wid: WorkloadId, now: float) -> dict[str, Any]:
+    """Which admitted workloads of its cohort (or queue) end first, by declared max runtime.
+
+    Listed in end order until they free as many GPUs as the workload needs: what must
+    free up for it, when nothing else changes.
+    """
+    config = state.config
+    mine = config.cluster_queues.get(ClusterQueueName(cq))
+    cohort = None if mine is None else mine.cohort
+    members = {c.name for c in config.cluster_queues.values() if cohort and c.cohort == cohort}
+    members = members or {ClusterQueueName(cq)}
+    scope = f"cohort {cohort}" if cohort else f"cluster queue {cq}"
+    running = [a for a in state.admitted if a.admission.cluster_queue in members]
+    ends = sorted(
+        (a.admitted_at + a.workload.max_runtime, a.workload.id, a.workload.gpus)
+        for a in running
+        if a.workload.max_runtime is not None
+    )
+    need = _gpus(state, wid)
+    ending: list[dict[str, Any]] = []
+    freed, horizon = 0, now
+    for end, other, gpus in ends:
+        if ending and freed >= need:
+            break
+        freed, horizon = freed + gpus, end
+        iso = datetime.fromtimestamp(end, UTC).isoformat()
+        ending.append({"workload": other, "ends_at": iso, "gpus": gpus})
+    if ending:
+        message = (
+            f"{len(ending)} admitted workload(s) in {scope} end within "
+            f"{duration(max(horizon - now, 0.0))} by their declared max runtime, "
+            f"freeing {freed} GPUs (it needs {need})"
+        )
+    else:
+        message = f"no admitted workload in {scope} declares a max runtime"
+    unknown = len(running) - len(ends)
+    if unknown:
+        message += f"; {unknown} more run without a declared runtime"
+    return {"message": message, "ending": ending, "without_runtime": unknown}
 
 
 def _gpus(state: Any, wid: str) -> int:
@@ -151,6 +228,8 @@ def print_why(d: dict[str, Any]) -> None:
         pairs.append(("ETA", f"{d['eta']} (in {duration(d['eta_in_s'])})"))
     elif d["state"] in ("Pending", "Inadmissible"):
         pairs.append(("ETA", f"none: {d['eta_reason']}"))
+    if d["frees_up"] is not None:
+        pairs.append(("Frees up", d["frees_up"]["message"]))
     print_fields(pairs)
     if d["ahead"]:
         click.echo(f"Ahead of it ({d['ahead_count']}):")

@@ -30,8 +30,10 @@ from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SchedulerLoop
 from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
 from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
+from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store import config as store_config
 from queuemgr.store.database import DatabaseError, check_connection, create_engine, resolve_url
+from queuemgr.store.leadership import NotLeader, fence, record_leader
 from queuemgr.store.notify import notify
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,20 @@ class Service:
         self._stopped = threading.Event()
 
     def _wake(self) -> None:
+        """Elected: record who leads with which knobs (``why`` decides like it), then schedule."""
+        token = self.elector.token
+        if token is not None:
+            try:
+                with self.engine.begin() as conn:
+                    fence(conn, token)
+                    record_leader(
+                        conn,
+                        replica=self.config.replica,
+                        policy=policy_knobs(self.config.policy),
+                        now=self.clock.now(),
+                    )
+            except (SQLAlchemyError, NotLeader) as exc:  # informational; never blocks scheduling
+                log.warning("could not record the leader's settings: %s", exc)
         self.loop.wake()
 
     def _healthy(self) -> tuple[bool, str]:

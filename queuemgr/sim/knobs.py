@@ -91,6 +91,18 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     )
 
 
+def policy_knobs(policy: SchedulerPolicy) -> dict[str, object]:
+    """The ``scheduler:`` mapping that :func:`parse_policy` turns back into ``policy``."""
+    return {
+        "reservation_depth": policy.reservation_depth,
+        "overrun_policy": policy.overrun_policy.value,
+        "preemptor_admission": policy.preemptor_admission.value,
+        "ordering": policy.ordering.value,
+        "usage_half_life": policy.usage_half_life,
+        "usage_resource_weights": dict(policy.usage_resource_weights),
+    }
+
+
 def override_policy(
     policy: SchedulerPolicy, overrides: Iterable[str], path: str
 ) -> SchedulerPolicy:

@@ -19,6 +19,7 @@ server never see each other's locks.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -93,3 +94,33 @@ def holder_pid(conn: Connection) -> int | None:
         {"ns": NAMESPACE, "key": LEADER_KEY},
     ).scalar()
     return None if pid is None else int(pid)
+
+
+def record_leader(conn: Connection, *, replica: str, policy: dict[str, object], now: float) -> None:
+    """Inside the new leader's first fenced transaction: who leads, with which knobs."""
+    conn.execute(
+        text("""
+        INSERT INTO scheduler_settings (name, replica, policy, elected_at)
+        VALUES ('leader', :replica, CAST(:policy AS jsonb), to_timestamp(:now))
+        ON CONFLICT (name) DO UPDATE
+        SET replica = EXCLUDED.replica, policy = EXCLUDED.policy, elected_at = EXCLUDED.elected_at
+        """),
+        {"replica": replica, "policy": json.dumps(policy), "now": now},
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaderSettings:
+    replica: str
+    policy: dict[str, object]
+    elected_at: datetime
+
+
+def leader_settings(conn: Connection) -> LeaderSettings | None:
+    """What the last elected leader recorded, if any leader ever ran on this database."""
+    row = conn.execute(
+        text("SELECT replica, policy, elected_at FROM scheduler_settings WHERE name = 'leader'")
+    ).one_or_none()
+    if row is None:
+        return None
+    return LeaderSettings(replica=row.replica, policy=dict(row.policy), elected_at=row.elected_at)

@@ -255,3 +255,13 @@ class LocalQueueUsage(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     usage: Mapped[float] = mapped_column(Double)  # weighted by usage_resource_weights
     at: Mapped[datetime]
+
+
+class SchedulerSettings(Base):
+    """What the current leader runs with, for readers that must decide like it (``why``)."""
+
+    __tablename__ = "scheduler_settings"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)  # "leader": one row
+    replica: Mapped[str] = mapped_column(Text)
+    policy: Mapped[Json]  # the scheduler: knobs (docs/operations.md)
+    elected_at: Mapped[datetime]

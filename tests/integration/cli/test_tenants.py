@@ -25,6 +25,8 @@ WHY_KEYS = {
     "eta_reason",
     "ahead",
     "ahead_count",
+    "frees_up",
+    "scheduler",
     "evaluated_at",
 }
 WORKLOAD_KEYS = {

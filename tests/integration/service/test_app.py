@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from queuemgr.cli.main import main
 from queuemgr.service.app import Service
 from queuemgr.service.config import ConfigError, load_config
+from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.notify import submit_workload
 from tests.integration.service.helpers import states, wait_for
 from tests.integration.store.helpers import gang
@@ -78,6 +79,20 @@ def test_serve_runs_simulated_gangs_to_completion(service: Service, engine: Engi
     status, body = _get(service, "/metrics")
     assert status == 200
     assert 'queuemgr_leader{replica="' in body and "queuemgr_admission_attempts_total" in body
+
+
+def test_the_leader_records_its_replica_and_knobs_for_why(service: Service, engine: Engine) -> None:
+    wait_for(lambda: service.elector.is_leader, timeout=5)
+
+    def recorded() -> LeaderSettings | None:
+        with engine.connect() as conn:
+            return leader_settings(conn)
+
+    wait_for(lambda: recorded() is not None, timeout=5)
+    settings = recorded()
+    assert settings is not None and settings.replica == service.config.replica
+    assert settings.policy["reservation_depth"] == 1  # the fixture's scheduler: knobs
+    assert settings.policy["preemptor_admission"] == "after_victims_stop"
 
 
 def test_readyz_fails_when_the_loop_is_not_running(service: Service) -> None:
