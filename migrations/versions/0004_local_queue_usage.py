@@ -22,7 +22,7 @@ def upgrade() -> None:
         sa.Column("name", sa.Text(), nullable=False),
         sa.Column("usage", sa.Double(), nullable=False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("namespace", "name"),
+        sa.PrimaryKeyConstraint("namespace", "name", name=op.f("pk_local_queue_usage")),
     )
     op.add_column("usage_samples", sa.Column("borrowed", sa.Numeric(), nullable=True))
     op.add_column(
