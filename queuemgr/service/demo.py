@@ -1,0 +1,634 @@
+"""The engine of ``queuemgr demo``: a database of its own, the real service, a burst, figures.
+
+Why it exists: on a fresh machine, one command should show what queuemgr
+does: tenants borrowing idle GPUs, reclaiming them by preemption, gangs
+admitted whole. Nothing here simulates the scheduler: :class:`Demo` runs the
+composition root (:class:`~queuemgr.service.app.Service`: loop, NOTIFY, leader
+election, simulated backend) on the cluster file ``demo_cluster.yaml``,
+submits the seeded burst of :mod:`queuemgr.service.burst` on time, and reads
+what happened back from the database for the view and the summary.
+
+Which database (:func:`prepare_database`):
+
+- ``QUEUEMGR_DATABASE_URL`` when set: it must be a clean slate (no tables but
+  an empty queuemgr schema), else :class:`DemoError` and nothing is written;
+- else an embedded Postgres in its own data directory, ``<data dir>/demo``
+  (``QUEUEMGR_DATA_DIR`` moves the data dir), whose ``postgres`` database is
+  dropped and recreated at every start. The user's own embedded database is
+  never touched, and after the demo ``QUEUEMGR_DATA_DIR=<data dir>/demo
+  queuemgr ...`` explores it: the CLI starts that server again by itself.
+
+Either way the demo migrates the database itself (``alembic upgrade head``),
+the one command that does.
+
+What must stay true: the summary's counts, waits and utilization are computed
+from the workload rows (:mod:`queuemgr.store.readouts`); admissions and
+preemptions are the service's own counters of committed decisions, since a
+row keeps only its latest admission. Every read of the view checks that no
+node holds more GPUs than it has, and a violation is reported, never hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import NodeName
+from queuemgr.core.resources import GPU
+from queuemgr.core.snapshot import Config
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.app import Service
+from queuemgr.service.burst import Submission, horizon, plan
+from queuemgr.service.config import ServiceConfig
+from queuemgr.sim.report import percentile
+from queuemgr.store import migrate
+from queuemgr.store.config import load_config
+from queuemgr.store.database import (
+    DATA_DIR_ENV,
+    URL_ENV,
+    check_connection,
+    create_engine,
+    data_dir,
+    normalize_url,
+    resolve_url,
+)
+from queuemgr.store.notify import submit_workload
+from queuemgr.store.readouts import WorkloadProgress, occupancy, workload_progress
+
+CLUSTER_FILE = "demo_cluster.yaml"
+DEMO_DIR = "demo"  # under the embedded Postgres's data directory
+TICK = 0.25  # seconds between two reads of the database (the view's refresh)
+QUEUED = (WorkloadState.PENDING, WorkloadState.INADMISSIBLE, WorkloadState.EVICTED)
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run as asked; the message is for the user."""
+
+
+# -- the database ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoDatabase:
+    url: str
+    # How the CLI finds this database: (variable, value); None when the user's own
+    # QUEUEMGR_DATABASE_URL already points at it.
+    explore: tuple[str, str] | None
+    description: str
+
+
+def _redacted(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
+    """A migrated, empty database for the demo (see the module docstring)."""
+    env = os.environ if env is None else env
+    if env.get(URL_ENV):
+        url = normalize_url(env[URL_ENV])
+        engine = create_engine(url)
+        try:
+            check_connection(engine)
+            with engine.connect() as conn:
+                held = occupancy(conn)
+        finally:
+            engine.dispose()
+        if not held.empty:
+            what = []
+            if held.tables_with_rows:
+                what.append(f"queuemgr rows in {', '.join(held.tables_with_rows)}")
+            if held.foreign_tables:
+                what.append(f"other tables: {', '.join(held.foreign_tables)}")
+            raise DemoError(
+                f"{URL_ENV}: database {make_url(url).database!r} is not empty "
+                f"({'; '.join(what)}); the demo writes only to an empty database, so it never "
+                f"mixes with real data: point {URL_ENV} at a new database, or unset it to use "
+                f"the embedded Postgres's demo directory"
+            )
+        migrate.upgrade(url)
+        return DemoDatabase(url=url, explore=None, description=_redacted(url))
+    directory = data_dir(env) / DEMO_DIR
+    url = resolve_url({DATA_DIR_ENV: str(directory)})  # starts the server, as the CLI will
+    _recreate(url)
+    migrate.upgrade(url)
+    return DemoDatabase(
+        url=url,
+        explore=(DATA_DIR_ENV, str(directory)),
+        description=f"embedded Postgres in {directory} (recreated for this run)",
+    )
+
+
+def _recreate(url: str) -> None:
+    """Drop and recreate ``url``'s database (the demo server's own), from template1."""
+    name = make_url(url).database
+    if not name:
+        raise DemoError(f"the demo database URL names no database: {_redacted(url)}")
+    admin = create_engine(
+        make_url(url).set(database="template1").render_as_string(hide_password=False),
+        isolation_level="AUTOCOMMIT",
+    )
+    try:
+        check_connection(admin)
+        quoted = '"' + name.replace('"', '""') + '"'
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
+            conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
+    finally:
+        admin.dispose()
+
+
+# -- what one read of the database shows ---------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    at: float  # seconds since the demo started
+    kind: str  # submitted | admitted | preempted | finished
+    workload: str  # namespace/name
+    gpus: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueLine:
+    cluster_queue: str
+    nominal: int  # GPUs
+    used: int
+    pending: int
+    running: int
+    finished: int
+    reasons: Mapping[str, int]  # pending reason code -> workloads
+
+    @property
+    def borrowed(self) -> int:
+        return max(0, self.used - self.nominal)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeLine:
+    name: str
+    capacity: int
+    held: Mapping[str, int]  # namespace -> GPUs
+
+    @property
+    def used(self) -> int:
+        return sum(self.held.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frame:
+    elapsed: float
+    queues: tuple[QueueLine, ...]
+    nodes: tuple[NodeLine, ...]
+    events: tuple[Event, ...]  # new since the previous frame, in time order
+    planned: int
+    submitted: int
+    finished: int
+    admissions: int
+    preemptions: int
+    leader: bool
+
+    @property
+    def done(self) -> bool:
+        return self.finished == self.planned
+
+
+# -- the summary -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TenantSummary:
+    submitted: int
+    finished: int
+    admitted: int
+    wait_p50_s: float | None
+    wait_p95_s: float | None
+    gpu_seconds: float  # of runs that finished
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    outcome: str  # finished | interrupted | timed out
+    seed: int
+    speed: float
+    planned: int
+    submitted: int
+    finished: int
+    admitted: int  # workloads admitted at least once
+    admissions: int  # admission decisions, re-admissions after a preemption included
+    preemptions: int
+    preemptions_by: Mapping[str, int]  # preempting ClusterQueue -> workloads preempted
+    preemptions_seen: int  # preemptions the view saw happen
+    tenants: Mapping[str, TenantSummary]
+    gpu_capacity: int
+    span_s: float  # first submission to last finish (or now)
+    gpu_utilization: float | None  # GPU-seconds of finished runs / (capacity x span)
+    gpu_busy: float | None  # GPUs held on average over the run, sampled by the view
+    node_violations: tuple[str, ...]
+    elapsed_s: float
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "seed": self.seed,
+            "speed": self.speed,
+            "planned": self.planned,
+            "submitted": self.submitted,
+            "finished": self.finished,
+            "admitted": self.admitted,
+            "admissions": self.admissions,
+            "preemptions": self.preemptions,
+            "preemptions_by": dict(self.preemptions_by),
+            "preemptions_seen": self.preemptions_seen,
+            "tenants": {
+                t: {
+                    "submitted": s.submitted,
+                    "finished": s.finished,
+                    "admitted": s.admitted,
+                    "wait_p50_s": s.wait_p50_s,
+                    "wait_p95_s": s.wait_p95_s,
+                    "gpu_seconds": s.gpu_seconds,
+                }
+                for t, s in self.tenants.items()
+            },
+            "gpu_capacity": self.gpu_capacity,
+            "span_s": self.span_s,
+            "gpu_utilization": self.gpu_utilization,
+            "gpu_busy": self.gpu_busy,
+            "node_violations": list(self.node_violations),
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+def _gpus(v: Mapping[Any, int]) -> int:
+    return int(v.get(GPU, 0))
+
+
+def summarize_rows(
+    rows: list[WorkloadProgress], *, capacity: int, now: float
+) -> tuple[dict[str, TenantSummary], float, float | None]:
+    """Per-tenant figures, the span and the utilization, from workload rows alone.
+
+    A wait is submission to the latest admission (for a preempted workload, the
+    admission that ran it to the end); the utilization counts finished runs only.
+    """
+    tenants: dict[str, TenantSummary] = {}
+    for ns in sorted({r.namespace for r in rows}):
+        mine = [r for r in rows if r.namespace == ns]
+        waits = sorted(r.admitted_at - r.created_at for r in mine if r.admitted_at is not None)
+        tenants[ns] = TenantSummary(
+            submitted=len(mine),
+            finished=sum(1 for r in mine if r.state is WorkloadState.FINISHED),
+            admitted=len(waits),
+            wait_p50_s=percentile(waits, 50),
+            wait_p95_s=percentile(waits, 95),
+            gpu_seconds=math.fsum(_run_gpu_seconds(r) for r in mine),
+        )
+    if not rows:
+        return tenants, 0.0, None
+    first = min(r.created_at for r in rows)
+    done = [r.finished_at for r in rows if r.finished_at is not None]
+    all_done = len(done) == len(rows)
+    last = max(done) if all_done else now
+    span = max(0.0, last - first)
+    used = math.fsum(t.gpu_seconds for t in tenants.values())
+    utilization = used / (capacity * span) if capacity and span > 0 else None
+    return tenants, span, utilization
+
+
+def _run_gpu_seconds(r: WorkloadProgress) -> float:
+    if r.state is not WorkloadState.FINISHED or r.admitted_at is None or r.finished_at is None:
+        return 0.0
+    return r.gpus * max(0.0, r.finished_at - r.admitted_at)
+
+
+def _counter(metrics: SchedulerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """A counter's samples by their sorted labels."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in metrics.registry.collect():
+        if family.name != name:
+            continue
+        for s in family.samples:
+            if s.name == f"{name}_total":
+                out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+@dataclass
+class _Seen:
+    state: WorkloadState
+    admitted_at: float | None
+    borrowing: bool
+
+
+@dataclass
+class _Tally:
+    previous: dict[str, _Seen] = field(default_factory=dict)
+    preemptions_seen: int = 0
+    preempted: list[str] = field(default_factory=list)  # in the order seen
+    busy_gpu_seconds: float = 0.0
+    sampled_s: float = 0.0
+    last_sample: float | None = None
+    last_used: int = 0
+    violations: list[str] = field(default_factory=list)
+
+
+def _requeued(r: WorkloadProgress, *, borrowing: bool) -> str:
+    return f"requeued ({r.cluster_queue} was borrowing)" if borrowing else "requeued"
+
+
+@contextmanager
+def _cluster_file() -> Iterator[Path]:
+    with resources.as_file(resources.files(__package__).joinpath(CLUSTER_FILE)) as path:
+        yield path
+
+
+class Demo:
+    """One demo run: build with :func:`prepare_database`'s result, then :meth:`run`."""
+
+    def __init__(
+        self,
+        database: DemoDatabase,
+        *,
+        jobs: int,
+        seed: int,
+        speed: float,
+    ) -> None:
+        self.database = database
+        self.seed = seed
+        self.speed = speed
+        self.plan: tuple[Submission, ...] = plan(jobs, seed, speed)
+        self._clock = time.time
+        with _cluster_file() as cluster:
+            config = ServiceConfig(
+                database_url=database.url,
+                cluster_file=cluster,
+                cycle_interval=1.0,
+                http_host="127.0.0.1",
+                http_port=0,
+                replica=f"demo-{os.getpid()}",
+            )
+            self.service = Service(config)
+        self.engine = create_engine(database.url)
+        with self.engine.connect() as conn:
+            self.config: Config = load_config(conn)[0]
+        self._next = 0  # index of the next submission in the plan
+        self._tally = _Tally()
+        self.started: float | None = None
+        self._stopped = False
+        self.waiting: list[str] = []  # queued workloads at the summary, oldest first
+
+    # -- facts about the cluster -----------------------------------------------------
+    @property
+    def gpu_capacity(self) -> int:
+        return sum(_gpus(n.allocatable) for n in self.config.nodes.values() if n.schedulable)
+
+    @property
+    def metrics_url(self) -> str:
+        host, port = self.service.http.address
+        return f"http://{host}:{port}/metrics"
+
+    def timeout(self) -> float:
+        """Seconds after which an unfinished run is given up: generous, the machine is shared."""
+        return 4 * horizon(self.plan) + 60.0
+
+    # -- running --------------------------------------------------------------------
+    def start(self) -> None:
+        self.service.start()
+        self.started = self._clock()
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        # A cycle cut short by the shutdown warns that it lost the leader lock:
+        # expected here, and noise at the end of the demo's output.
+        quiet = logging.getLogger("queuemgr.service")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            self.service.stop()
+        finally:
+            quiet.setLevel(level)
+
+    def run(self, on_frame: Callable[[Frame], None], stop: threading.Event) -> str:
+        """Submit on time and report a frame per tick until done, stopped or timed out."""
+        if self.started is None:
+            self.start()
+        assert self.started is not None
+        deadline = self.started + self.timeout()
+        while True:
+            frame = self.step()
+            on_frame(frame)
+            if frame.done:
+                return "finished"
+            now = self._clock()
+            if now > deadline:
+                return "timed out"
+            wake = now + TICK
+            if self._next < len(self.plan):
+                wake = min(wake, self.started + self.plan[self._next].at)
+            if stop.wait(max(0.0, wake - now)):
+                return "interrupted"
+
+    def step(self) -> Frame:
+        """Submit what is due, read the database once, and describe what changed."""
+        assert self.started is not None
+        self._submit_due(self._clock())
+        rows = workload_progress(self.engine)
+        return self._frame(rows, self._clock())
+
+    def _submit_due(self, now: float) -> None:
+        due: list[Submission] = []
+        started = self.started
+        assert started is not None
+        while self._next < len(self.plan) and started + self.plan[self._next].at <= now:
+            due.append(self.plan[self._next])
+            self._next += 1
+        if due:
+            with self.engine.begin() as conn:
+                for s in due:
+                    submit_workload(conn, s.workload(created_at=self._clock()))
+
+    # -- reading ---------------------------------------------------------------------
+    def _frame(self, rows: list[WorkloadProgress], now: float) -> Frame:
+        assert self.started is not None
+        t = self._tally
+        events = self._events(rows)
+        nodes = self._nodes(rows)
+        used = sum(n.used for n in nodes)
+        if t.last_sample is not None:
+            dt = now - t.last_sample
+            t.busy_gpu_seconds += t.last_used * dt
+            t.sampled_s += dt
+        t.last_sample, t.last_used = now, used
+        counters = self._counters()
+        return Frame(
+            elapsed=now - self.started,
+            queues=self._queues(rows),
+            nodes=nodes,
+            events=tuple(events),
+            planned=len(self.plan),
+            submitted=len(rows),
+            finished=sum(1 for r in rows if r.state is WorkloadState.FINISHED),
+            admissions=counters[0],
+            preemptions=counters[1],
+            leader=self.service.elector.is_leader,
+        )
+
+    def _counters(self) -> tuple[int, int]:
+        metrics = self.service.metrics
+        admissions = sum(_counter(metrics, "queuemgr_admitted_workloads").values())
+        preemptions = sum(_counter(metrics, "queuemgr_preempted_workloads").values())
+        return int(admissions), int(preemptions)
+
+    def _events(self, rows: list[WorkloadProgress]) -> list[Event]:
+        assert self.started is not None
+        t0 = self.started
+        out: list[tuple[float, int, Event]] = []
+
+        def add(at: float, order: int, kind: str, r: WorkloadProgress, detail: str = "") -> None:
+            e = Event(at=at - t0, kind=kind, workload=r.id, gpus=r.gpus, detail=detail)
+            out.append((at, order, e))
+
+        for r in rows:
+            before = self._tally.previous.get(r.id)
+            if before is None:
+                add(r.created_at, 0, "submitted", r)
+            prior_admission = None if before is None else before.admitted_at
+            readmitted = r.admitted_at is not None and r.admitted_at != prior_admission
+            running_now = r.state in (WorkloadState.ADMITTED, WorkloadState.FINISHED)
+            was_running = before is not None and before.state is WorkloadState.ADMITTED
+            if was_running and (readmitted or not running_now):
+                at = r.admitted_at if readmitted and r.admitted_at else r.state_since
+                assert before is not None
+                add(at, 1, "preempted", r, _requeued(r, borrowing=before.borrowing))
+                self._seen_preempted(r.id)
+            if readmitted and r.admitted_at is not None:
+                where = " ".join(f"{n}:{g}" for n, g in sorted(r.nodes.items()))
+                borrowing = " borrowing" if r.borrowing else ""
+                add(r.admitted_at, 2, "admitted", r, f"{where}{borrowing}".strip())
+                if not running_now:  # admitted and preempted between two reads
+                    add(r.state_since, 3, "preempted", r, _requeued(r, borrowing=r.borrowing))
+                    self._seen_preempted(r.id)
+            if r.state is WorkloadState.FINISHED and (
+                before is None or before.state is not WorkloadState.FINISHED
+            ):
+                assert r.finished_at is not None
+                add(r.finished_at, 4, "finished", r, r.reason)
+            self._tally.previous[r.id] = _Seen(
+                state=r.state, admitted_at=r.admitted_at, borrowing=r.borrowing
+            )
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [e for _, _, e in out]
+
+    def _seen_preempted(self, wid: str) -> None:
+        self._tally.preemptions_seen += 1
+        if wid not in self._tally.preempted:
+            self._tally.preempted.append(wid)
+
+    @property
+    def preempted(self) -> list[str]:
+        """The workloads the view saw preempted, first seen first."""
+        return list(self._tally.preempted)
+
+    def _nodes(self, rows: list[WorkloadProgress]) -> tuple[NodeLine, ...]:
+        held: dict[str, dict[str, int]] = {name: {} for name in self.config.nodes}
+        for r in rows:
+            for node, gpus in r.nodes.items():
+                per = held.setdefault(node, {})
+                per[r.namespace] = per.get(r.namespace, 0) + gpus
+        lines = []
+        for name in sorted(held):
+            spec = self.config.nodes.get(NodeName(name))
+            capacity = 0 if spec is None else _gpus(spec.allocatable)
+            line = NodeLine(name=name, capacity=capacity, held=held[name])
+            if line.used > capacity:
+                self._tally.violations.append(
+                    f"node {name} held {line.used} GPUs of {capacity} "
+                    f"at {self._clock() - (self.started or 0):.1f}s"
+                )
+            lines.append(line)
+        return tuple(lines)
+
+    def _queues(self, rows: list[WorkloadProgress]) -> tuple[QueueLine, ...]:
+        routes = {key: lq.cluster_queue for key, lq in self.config.local_queues.items()}
+        lines = []
+        for name, cq in sorted(self.config.cluster_queues.items()):
+            nominal = sum(_gpus(fq.nominal) for fq in cq.flavors)
+            mine = [r for r in rows if routes.get((r.namespace, r.local_queue)) == name]
+            running = [r for r in mine if r.state is WorkloadState.ADMITTED]
+            pending = [r for r in mine if r.state in QUEUED]
+            reasons: dict[str, int] = {}
+            for r in pending:
+                reasons[r.reason] = reasons.get(r.reason, 0) + 1
+            lines.append(
+                QueueLine(
+                    cluster_queue=name,
+                    nominal=nominal,
+                    used=sum(r.gpus for r in running),
+                    pending=len(pending),
+                    running=len(running),
+                    finished=sum(1 for r in mine if r.state is WorkloadState.FINISHED),
+                    reasons=reasons,
+                )
+            )
+        return tuple(lines)
+
+    # -- the end -------------------------------------------------------------------------
+    def summary(self, outcome: str) -> Summary:
+        """The run's figures from the database rows (and the service's decision counters)."""
+        now = self._clock()
+        rows = workload_progress(self.engine)
+        self.waiting = [r.id for r in rows if r.state in QUEUED]
+        tenants, span, utilization = summarize_rows(rows, capacity=self.gpu_capacity, now=now)
+        admissions, preemptions = self._counters()
+        by: dict[str, int] = {}
+        for labels, value in _counter(self.service.metrics, "queuemgr_preempted_workloads").items():
+            cq = dict(labels).get("preemptor_cluster_queue", "")
+            by[cq] = by.get(cq, 0) + int(value)
+        t = self._tally
+        return Summary(
+            outcome=outcome,
+            seed=self.seed,
+            speed=self.speed,
+            planned=len(self.plan),
+            submitted=len(rows),
+            finished=sum(1 for r in rows if r.state is WorkloadState.FINISHED),
+            admitted=sum(1 for r in rows if r.admitted_at is not None),
+            admissions=admissions,
+            preemptions=preemptions,
+            preemptions_by=dict(sorted(by.items())),
+            preemptions_seen=t.preemptions_seen,
+            tenants=tenants,
+            gpu_capacity=self.gpu_capacity,
+            span_s=span,
+            gpu_utilization=utilization,
+            gpu_busy=(
+                t.busy_gpu_seconds / (self.gpu_capacity * t.sampled_s)
+                if t.sampled_s > 0 and self.gpu_capacity
+                else None
+            ),
+            node_violations=tuple(t.violations),
+            elapsed_s=now - (self.started or now),
+        )
+
+    def close(self) -> None:
+        self.stop()
+        self.engine.dispose()
