@@ -1,0 +1,93 @@
+"""Hostile input to every command: quotes and SQL, unicode, control characters, 10 kB.
+
+Each value is passed where a name, a namespace or a selector goes. Whatever
+the command decides (accept it as data, refuse it as bad input, or not find
+it), it must exit 0, 1 or 2 with a message and no traceback, and the store
+must come out whole: the same tables, the same rows as before, except what
+an accepted write added.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from tests.integration.cli.conftest import Invoke, no_traceback
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = {
+    "sql": "x'; DROP TABLE workloads; --",
+    "quotes": "\"'`$(id)`",
+    "unicode": "équipe-😀-名前",
+    "control": "a\nb\tc\x1b[31m",
+    "nul": "a\x00b",
+    "long": "z" * 10_000,
+    "percent": "%s%(x)s%%",
+}
+
+# Every command, with H where the hostile value goes.
+COMMANDS = {
+    "cq-describe": ("cq", "describe", "H"),
+    "cq-create": ("cq", "create", "H", "--nominal", "h100:nvidia.com/gpu=8"),
+    "cq-edit": ("cq", "edit", "H", "--weight", "2"),
+    "cq-delete": ("cq", "delete", "H"),
+    "cq-stop": ("cq", "stop", "H"),
+    "cq-resume": ("cq", "resume", "H"),
+    "cq-list-cohort": ("cq", "list", "--cohort", "H"),
+    "lq-create": ("lq", "create", "H", "-n", "team-a", "--cluster-queue", "team-a"),
+    "lq-create-ns": ("lq", "create", "default", "-n", "H", "--cluster-queue", "team-a"),
+    "lq-describe": ("lq", "describe", "H", "-n", "team-a"),
+    "lq-delete": ("lq", "delete", "H", "-n", "team-a"),
+    "cohort-create": ("cohort", "create", "H"),
+    "cohort-describe": ("cohort", "describe", "H"),
+    "cohort-delete": ("cohort", "delete", "H"),
+    "flavor-create": ("flavor", "create", "H", "--label", "gpu=h100"),
+    "flavor-label": ("flavor", "create", "b200", "--label", "gpu=H"),
+    "flavor-describe": ("flavor", "describe", "H"),
+    "flavor-delete": ("flavor", "delete", "H"),
+    "quota-set-cq": ("quota", "set", "H", "--flavor", "h100", "nvidia.com/gpu=8"),
+    "quota-set-flavor": ("quota", "set", "team-a", "--flavor", "H", "nvidia.com/gpu=8"),
+    "quota-set-resource": ("quota", "set", "team-a", "--flavor", "h100", "H=8"),
+    "queues": ("queues", "-n", "H"),
+    "usage-since": ("usage", "--since", "H"),
+    "audit-object": ("audit", "--object", "cq/H"),
+    "audit-since": ("audit", "--since", "H"),
+    "submit-name": ("submit", "-q", "default", "-n", "team-b", "--name", "H", "--", "x"),
+    "submit-queue": ("submit", "-q", "H", "-n", "team-b", "--", "x"),
+    "submit-namespace": ("submit", "-q", "default", "-n", "H", "--", "x"),
+    "submit-command": ("submit", "-q", "default", "-n", "team-b", "--", "H"),
+    "list-ns": ("list", "-n", "H"),
+    "list-queue": ("list", "-n", "team-b", "-q", "H"),
+    "status": ("status", "H", "-n", "team-b"),
+    "why": ("why", "H", "-n", "team-b"),
+    "cancel": ("cancel", "H", "-n", "team-b"),
+}
+
+
+def _tables(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        names = sa.inspect(conn).get_table_names()
+        return {
+            t: int(conn.execute(sa.text(f'SELECT count(*) FROM "{t}"')).scalar_one()) for t in names
+        }
+
+
+@pytest.mark.parametrize("command", list(COMMANDS.values()), ids=list(COMMANDS))
+def test_hostile_input_is_data_or_a_clear_error(
+    cli: Invoke, applied: Path, engine: Engine, command: tuple[str, ...]
+) -> None:
+    for kind, value in HOSTILE.items():
+        before = _tables(engine)
+        r = cli(*(value if a == "H" else a.replace("H=", f"{value}=") for a in command))
+        no_traceback(r)
+        assert r.exit_code in (0, 1, 2), (kind, r.output[:500])
+        if r.exit_code:
+            assert r.output.startswith(("error", "Usage", "Error")), (kind, r.output[:300])
+        after = _tables(engine)
+        assert after.keys() == before.keys(), kind  # nothing dropped
+        if r.exit_code != 0:  # a refused or failed command wrote nothing at all
+            assert after == before, kind
