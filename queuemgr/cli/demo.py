@@ -55,7 +55,7 @@ from queuemgr.store.migrate import MigrationError
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report an interrupted command
 STATUS_EVERY = 5.0  # seconds between two queue lines in plain mode
-FEED_LINES = 12
+FEED_LINES = 15  # at most; fewer when the terminal is short
 PALETTE = ("cyan", "green", "magenta", "yellow", "blue", "red")
 EVENT_STYLE = {
     "submitted": "dim",
@@ -211,7 +211,7 @@ def _intro(run: Demo, database: DemoDatabase) -> list[str]:
 
 
 def _event_line(e: Event) -> str:
-    text = f"{e.at:7.1f}s  {e.kind:<9}  {e.workload:<22} {e.gpus:>2} GPUs"
+    text = f"{e.at:7.1f}s  {e.kind:<9}  {e.workload:<20} {e.gpus:>2} GPUs"
     return f"{text}  {e.detail}" if e.detail else text
 
 
@@ -255,22 +255,25 @@ def _queue_bar(q: QueueLine, capacity: int, colour: str) -> Text:
 
 
 def _render(
-    frame: Frame, feed: Sequence[Event], run: Demo, colours: dict[str, str], intro: list[str]
+    frame: Frame,
+    feed: Sequence[Event],
+    run: Demo,
+    colours: dict[str, str],
+    intro: list[str],
+    height: int,
 ) -> RenderableType:
+    """One screen that fits 80 columns; the feed gets the rows the rest leaves of ``height``."""
     routes: dict[str, str] = {
         lq.cluster_queue: ns for (ns, _), lq in run.config.local_queues.items()
     }
-    queues = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    queues.add_column("CLUSTERQUEUE")
-    for column in ("PENDING", "RUNNING", "DONE", "GPUS/NOMINAL", "BORROWED"):
-        queues.add_column(column, justify="right")
-    queues.add_column(f"GPUS HELD (one cell per GPU of {run.gpu_capacity})", no_wrap=True)
-    queues.add_column("PENDING REASONS", overflow="ellipsis", no_wrap=True)
+    queues = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    queues.add_column("QUEUE", no_wrap=True)
+    for column in ("WAIT", "RUN", "DONE", "GPUS", "BORROW"):
+        queues.add_column(column, justify="right", no_wrap=True)
+    queues.add_column(f"GPUS HELD / NOMINAL (of {run.gpu_capacity})", no_wrap=True)
+    reasons = Text("  pending:", style="dim")
     for q in frame.queues:
         colour = colours.get(routes.get(q.cluster_queue, ""), "white")
-        reasons = ", ".join(
-            f"{reason} {n}" for reason, n in sorted(q.reasons.items(), key=lambda x: -x[1])
-        )
         queues.add_row(
             Text(q.cluster_queue, style=colour),
             str(q.pending),
@@ -279,12 +282,19 @@ def _render(
             f"{q.used}/{q.nominal}",
             f"+{q.borrowed}" if q.borrowed else "-",
             _queue_bar(q, run.gpu_capacity, colour),
-            reasons or "-",
         )
-    nodes = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    nodes.add_column("NODE")
-    nodes.add_column("GPUS (colour: tenant)", no_wrap=True)
-    nodes.add_column("USED", justify="right")
+        if q.reasons:
+            ranked = sorted(q.reasons.items(), key=lambda x: (-x[1], x[0]))
+            if len(reasons) > len("  pending:"):
+                reasons.append(" ·", style="dim")
+            reasons.append(f" {q.cluster_queue} ", style=colour)
+            reasons.append(", ".join(f"{reason} {n}" for reason, n in ranked), style="dim")
+    if len(reasons) == len("  pending:"):
+        reasons.append(" none", style="dim")
+    nodes = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    nodes.add_column("NODE", no_wrap=True)
+    nodes.add_column("GPUS BY TEAM", no_wrap=True)
+    nodes.add_column("USED", justify="right", no_wrap=True)
     for n in frame.nodes:
         cells = Text()
         for ns, gpus in sorted(n.held.items()):
@@ -292,30 +302,33 @@ def _render(
         cells.append("·" * max(0, n.capacity - n.used), style="dim")
         used_style = "bold red" if n.used > n.capacity else ""
         nodes.add_row(n.name, cells, Text(f"{n.used}/{n.capacity}", style=used_style))
-    lines = Text()
-    for e in feed:
-        lines.append(_event_line(e) + "\n", style=EVENT_STYLE.get(e.kind, ""))
+    # Everything but the feed takes about 18 rows (one more when the reasons wrap).
+    rows = max(3, min(FEED_LINES, height - 19 - len(intro) + 2))
+    lines = [
+        Text(_event_line(e), style=EVENT_STYLE.get(e.kind, ""), no_wrap=True, overflow="ellipsis")
+        for e in list(feed)[-rows:]
+    ]
     feed_panel = Panel(
-        lines,
-        title="admissions and preemptions, as the database shows them",
+        Group(*lines),
+        title="admissions, preemptions, finishes (read from the database)",
         title_align="left",
-        height=FEED_LINES + 2,
+        height=rows + 2,
     )
     legend = Text("  ")
     for ns, colour in colours.items():
-        legend.append(f"█ {ns}  ", style=colour)
-    legend.append("▓ borrowed  ░ idle nominal quota (lent to others)", style="dim")
+        legend.append(f"█ {ns} ", style=colour)
+    legend.append(" ▓ borrowed  ░ idle, lent to others", style="dim")
     status = Text(
-        f"t={frame.elapsed:5.1f}s  submitted {frame.submitted}/{frame.planned}  "
+        f"t={frame.elapsed:.1f}s  submitted {frame.submitted}/{frame.planned}  "
         f"finished {frame.finished}/{frame.planned}  admissions {frame.admissions}  "
-        f"preemptions {frame.preemptions}  leader {'yes' if frame.leader else 'not yet'}  "
-        "(Ctrl-C stops)",
+        f"preemptions {frame.preemptions}" + ("" if frame.leader else "  (electing a leader)"),
         style="bold",
     )
     return Group(
         Text("\n".join(intro), style="dim"),
         status,
         queues,
+        reasons,
         legend,
         nodes,
         feed_panel,
@@ -325,7 +338,11 @@ def _render(
 def _run_live(run: Demo, stop: threading.Event) -> str:
     console = Console()
     colours = _colours(run)
-    intro = _intro(run, run.database)
+    intro = [
+        f"queuemgr demo: {len(run.plan)} workloads, seed {run.seed}, speed {run.speed:g}x, "
+        f"{len(run.config.nodes)} nodes with {run.gpu_capacity} GPUs",
+        f"metrics {run.metrics_url}   Ctrl-C stops and prints the summary",
+    ]
     feed: deque[Event] = deque(maxlen=FEED_LINES)
     handler = RichHandler(console=console, show_path=False, level=logging.WARNING)
     logger = logging.getLogger("queuemgr")
@@ -335,7 +352,8 @@ def _run_live(run: Demo, stop: threading.Event) -> str:
 
             def on_frame(frame: Frame) -> None:
                 feed.extend(e for e in frame.events if e.kind != "submitted")
-                live.update(_render(frame, feed, run, colours, intro), refresh=True)
+                view = _render(frame, feed, run, colours, intro, console.size.height)
+                live.update(view, refresh=True)
 
             return run.run(on_frame, stop)
     finally:
@@ -370,9 +388,9 @@ def _print_summary(s: Summary, run: Demo, database: DemoDatabase) -> None:
     until = "last finish" if s.finished == s.submitted else "now"
     click.echo(
         f"  GPUs         {_percent(s.gpu_utilization)} of {s.gpu_capacity} used by finished runs "
-        f"over {s.span_s:.1f}s (first submission to {until}); "
-        f"{_percent(s.gpu_busy)} held on average"
+        f"over {s.span_s:.1f}s (first submission to {until})"
     )
+    click.echo(f"               {_percent(s.gpu_busy)} held on average, preempted runs included")
     click.echo("")
     print_table(
         None,

@@ -349,8 +349,8 @@ class _Tally:
     violations: list[str] = field(default_factory=list)
 
 
-def _requeued(r: WorkloadProgress, *, borrowing: bool) -> str:
-    return f"requeued ({r.cluster_queue} was borrowing)" if borrowing else "requeued"
+def _requeued(*, borrowing: bool) -> str:
+    return "requeued (was borrowing)" if borrowing else "requeued"
 
 
 @contextmanager
@@ -518,14 +518,14 @@ class Demo:
             if was_running and (readmitted or not running_now):
                 at = r.admitted_at if readmitted and r.admitted_at else r.state_since
                 assert before is not None
-                add(at, 1, "preempted", r, _requeued(r, borrowing=before.borrowing))
+                add(at, 1, "preempted", r, _requeued(borrowing=before.borrowing))
                 self._seen_preempted(r.id)
             if readmitted and r.admitted_at is not None:
                 where = " ".join(f"{n}:{g}" for n, g in sorted(r.nodes.items()))
                 borrowing = " borrowing" if r.borrowing else ""
                 add(r.admitted_at, 2, "admitted", r, f"{where}{borrowing}".strip())
                 if not running_now:  # admitted and preempted between two reads
-                    add(r.state_since, 3, "preempted", r, _requeued(r, borrowing=r.borrowing))
+                    add(r.state_since, 3, "preempted", r, _requeued(borrowing=r.borrowing))
                     self._seen_preempted(r.id)
             if r.state is WorkloadState.FINISHED and (
                 before is None or before.state is not WorkloadState.FINISHED
