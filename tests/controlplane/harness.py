@@ -625,3 +625,42 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.controlplane.harness``: start a control plane and print how to
+    reach it, until interrupted; with ``--once``, print the startup times and stop."""
+    import argparse
+    import sys
+    import tempfile
+
+    from tests.controlplane.build import BuildError, ensure_built
+
+    parser = argparse.ArgumentParser(description="Run the test control plane on 127.0.0.1.")
+    parser.add_argument("--once", action="store_true", help="print startup times and stop")
+    parser.add_argument("--no-controllers", action="store_true", help="etcd and apiserver only")
+    args = parser.parse_args(argv)
+    try:
+        binaries = ensure_built()
+    except BuildError as error:
+        print(f"controlplane: {error}", file=sys.stderr)
+        return 1
+    with (
+        tempfile.TemporaryDirectory(prefix="queuemgr-controlplane-") as workdir,
+        start_control_plane(binaries, Path(workdir), controllers=not args.no_controllers) as plane,
+    ):
+        times = ", ".join(f"{name} {sec:.1f} s" for name, sec in plane.startup_seconds.items())
+        print(f"Kubernetes {plane.version} at {plane.url}; ready after: {times}", flush=True)
+        if args.once:
+            return 0
+        print(f"kubeconfig: {plane.kubeconfig()}")
+        print(f"kubectl: {binaries.kubectl}")
+        print("Ctrl-C stops it.", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while all(process.popen.poll() is None for process in plane.processes):
+                time.sleep(1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
