@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, TypeVar
 
 import click
+import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.resources import QuantityError
@@ -32,6 +33,7 @@ from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+ADMIN_ROLE = "queuemgr_admin"  # created by migration 0006
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,6 +98,8 @@ def handled(f: F) -> F:
         except BrokenPipeError:
             sys.exit(EXIT_FAILURE)
         except SQLAlchemyError as exc:
+            if isinstance(getattr(exc, "orig", None), psycopg.errors.InsufficientPrivilege):
+                _die(_denied(exc), EXIT_FAILURE)
             if debug:
                 traceback.print_exc()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
@@ -106,6 +110,14 @@ def handled(f: F) -> F:
             _die(f"internal failure: {type(exc).__name__}: {exc}", EXIT_FAILURE)
 
     return debug_option(wrapper)  # type: ignore[return-value]
+
+
+def _denied(exc: SQLAlchemyError) -> str:
+    first = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    return (
+        f"{first}: changing queues, quotas, flavors, nodes or cohorts needs the "
+        f"{ADMIN_ROLE} database role (an admin grants it: GRANT {ADMIN_ROLE} TO <role>)"
+    )
 
 
 def _die(message: str, code: int) -> NoReturn:
