@@ -10,13 +10,15 @@ What must stay true: resources not named keep their quota (RES=0 sets zero;
 ``--remove`` drops resources); a lending limit never exceeds nominal and
 limits need a cohort; the change and its audit rows, including the chosen
 ``--drain``/``--preempt`` policy for the over-quota workloads, commit in one
-transaction. The policy takes effect in the service; this command only
-records it.
+transaction. ``--preempt`` evicts the listed workloads in that transaction
+(the service stops their pods and requeues them); ``--drain`` lets them
+finish, and the scheduler admits nothing more until usage is under quota.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import click
@@ -24,13 +26,14 @@ import click
 from queuemgr.cli.common import engine, quantities
 from queuemgr.cli.errors import BadInput, handled, not_found
 from queuemgr.cli.output import emit, output_option, vec
-from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota
+from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota, WorkloadId
 from queuemgr.core.resources import ResourceName, parse_resource_name
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.store import admin, codec
 from queuemgr.store.config import os_actor, upsert_cluster_queue
 from queuemgr.store.notify import notify
 from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import evict
 
 
 @click.group("quota")
@@ -55,7 +58,7 @@ def quota() -> None:
     "--preempt",
     "policy",
     flag_value="preempt",
-    help="Over-quota workloads are preempted (service enforces).",
+    help="Over-quota workloads are evicted now; the service stops and requeues them.",
 )
 @output_option
 @handled
@@ -71,9 +74,9 @@ def quota_set(
 ) -> None:
     """Set CLUSTER_QUEUE's quota on --flavor: nvidia.com/gpu=64 cpu=512 memory=4Ti.
 
-    --drain and --preempt are recorded in the audit log with the change and take
-    effect in the service (`queuemgr serve`); without either the over-quota
-    workloads keep running.
+    --preempt evicts the workloads now over quota (the service stops and requeues
+    them); --drain lets them finish. Either is recorded in the audit log with the
+    change; without either the over-quota workloads keep running.
     """
     nominal = quantities(quantities_, "RES=QTY")
     borrow = quantities(borrowing, "--borrowing-limit")
@@ -111,6 +114,17 @@ def quota_set(
                     name=cluster_queue,
                     after={"flavor": flavor, "policy": policy or "none", "over_quota": over},
                 )
+            preempted: list[str] = []
+            if changed and policy == "preempt":
+                for o in over:  # evicted with the change; the service stops and requeues them
+                    evict(
+                        conn,
+                        WorkloadId(o["workload"]),
+                        now=time.time(),
+                        reason="QuotaLowered",
+                        message=f"quota of {cluster_queue} on {flavor} lowered by {os_actor()}",
+                    )
+                    preempted.append(o["workload"])
             if changed:
                 notify(conn, "config")
     doc = {
@@ -121,6 +135,7 @@ def quota_set(
         "after": codec.quota_json(new),
         "policy": policy,
         "over_quota": over,
+        "preempted": preempted,
     }
     emit(doc, output, _print)
 
@@ -193,3 +208,8 @@ def _print(doc: dict[str, Any]) -> None:
                 f"  {w['workload']}  {vec(w['requests'])}  over on {', '.join(w['exceeds'])}",
                 err=True,
             )
+    if doc["preempted"]:
+        click.echo(
+            f"preempted {len(doc['preempted'])} workloads: the service stops and requeues them",
+            err=True,
+        )

@@ -189,6 +189,10 @@ class SchedulerLoop:
             period = self._safety_interval if last is None else min(now - last, 60.0)
             sample_usage(conn, state.config, state.admitted, now=now, period=period)
             save_queue_usage(conn, self._usage.usage(), now=now)
+        with self._engine.connect() as conn:
+            orphans = evicted_workloads(conn)
+        # Evicted outside a cycle (`quota set --preempt`) or before a crash: stop, requeue.
+        self._apply(token, [], orphans)
         grace = self._safety_interval
         evict = self._policy.overrun_policy is OverrunPolicy.EVICT
         for a in state.admitted:

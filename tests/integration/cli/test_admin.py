@@ -92,6 +92,29 @@ def test_lowering_below_usage_warns_and_lists_the_over_quota_workloads(
     assert update["before"]["flavors"][0]["nominal"]["nvidia.com/gpu"] == 16
 
 
+def test_lowering_with_preempt_evicts_the_over_quota_workloads_in_the_same_change(
+    cli: Invoke, applied: Path, engine: Engine
+) -> None:
+    for i in range(3):
+        r = cli("submit", "-q", "default", "-n", "team-a", "--gpus", "8", "--name", f"w{i}")
+        assert r.exit_code == 0, r.output
+    _admit_all(engine)
+    r = cli("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=8", "--preempt")
+    assert r.exit_code == 0, r.output
+    assert "preempted 2 workloads" in r.output
+    doc = json.loads(cli("list", "-n", "team-a", "-o", "json").stdout)
+    states = {w["name"]: (w["state"], w["reason"]) for w in doc["workloads"]}
+    assert states == {
+        "w0": ("Admitted", "Admitted"),
+        "w1": ("Evicted", "QuotaLowered"),
+        "w2": ("Evicted", "QuotaLowered"),
+    }
+    usage = json.loads(cli("cq", "describe", "team-a", "-o", "json").stdout)["usage"]
+    assert usage == {"nvidia.com/gpu": 8}  # evicted workloads hold no quota
+    audit = json.loads(cli("audit", "--since", "1h", "--object", "cq/team-a", "-o", "json").stdout)
+    assert audit["entries"][0]["after"]["policy"] == "preempt"
+
+
 def test_imperative_objects_round_trip(cli: Invoke, applied: Path) -> None:
     steps = [
         ("flavor", "create", "b200", "--label", "gpu=b200"),

@@ -12,10 +12,11 @@ from sqlalchemy import Engine
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering
 from queuemgr.service.loop import SERVICE_POLICY
-from queuemgr.store.config import upsert_local_queue
+from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.notify import finish_workload, submit_workload
+from queuemgr.store.transitions import evict
 from tests.integration.service.helpers import make_loop, placements, states
-from tests.integration.store.helpers import gang, seed_config
+from tests.integration.store.helpers import CQ, GPU, gang, seed_config
 
 pytestmark = pytest.mark.integration
 
@@ -130,5 +131,30 @@ def test_decayed_usage_survives_a_failover_and_orders_the_next_leaders_queue(
     try:
         report = second.run_once()
         assert report is not None and report.admitted == ("team-a/o1",)
+    finally:
+        elector.stop()
+
+
+def test_a_workload_evicted_outside_a_cycle_is_stopped_and_requeued(engine: Engine) -> None:
+    # What `queuemgr quota set --preempt` does: lower the quota and evict, in one transaction.
+    seed_config(engine)
+    _submit(engine, "a", "b")
+    loop, elector, backend = make_loop(engine)
+    assert elector.step()
+    try:
+        loop.run_once()
+        assert backend.running() == {"team-a/a", "team-a/b"}
+        lowered = dataclasses.replace(
+            CQ, flavors=(dataclasses.replace(CQ.flavors[0], nominal={GPU: 8}),)
+        )
+        with engine.begin() as conn:
+            upsert_cluster_queue(conn, lowered, actor="test:admin")
+            evict(conn, WorkloadId("team-a/b"), now=time.time(), reason="QuotaLowered")
+        loop.request_safety_cycle()
+        loop.run_once()
+        assert backend.stop_calls["team-a/b"] == 1
+        assert backend.running() == {"team-a/a"}
+        assert states(engine) == {"a": "Admitted", "b": "Pending"}
+        assert placements(engine) == {"a": 1}
     finally:
         elector.stop()
