@@ -279,7 +279,11 @@ def free_port() -> int:
 
 
 def _parent_death_signal() -> Callable[[], None] | None:
-    """A preexec hook so a child gets SIGTERM if the test process dies without teardown."""
+    """A preexec hook so a child is killed if the test process dies without teardown.
+
+    SIGKILL, not SIGTERM: the apiserver's graceful shutdown waits on an etcd
+    that dies at the same moment.
+    """
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -287,7 +291,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
     pr_set_pdeathsig = 1
 
     def hook() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGTERM)
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
 
     return hook
 
@@ -337,6 +341,58 @@ def _wait_ready(
     )
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """How to start one process on ``ports`` free ports and where it says it is ready."""
+
+    name: str
+    argv: Callable[[list[int]], list[str]]
+    ready_url: Callable[[list[int]], str]
+    ports: int = 1
+    context: ssl.SSLContext | None = None
+    headers: Mapping[str, str] | None = None
+
+
+PORT_ATTEMPTS = 3
+
+
+def _launch(
+    launches: Sequence[_Launch], logs: Path, processes: list[_Process], timeout: float
+) -> list[list[int]]:
+    """Start all of ``launches`` at once, then wait for each; return their ports.
+
+    A port is picked free, then bound by the process a moment later: another
+    worker can take it in between. A process that dies saying so is started
+    again on new ports.
+    """
+    running: list[tuple[_Launch, list[int], _Process]] = []
+    for launch in launches:
+        ports = [free_port() for _ in range(launch.ports)]
+        process = _spawn(launch.name, launch.argv(ports), logs)
+        processes.append(process)
+        running.append((launch, ports, process))
+    result = []
+    for launch, ports, process in running:
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                _wait_ready(
+                    process, launch.ready_url(ports), timeout, launch.context, launch.headers
+                )
+                break
+            except ControlPlaneError:
+                lost_port = process.popen.poll() is not None and (
+                    "address already in use" in process.tail(10)
+                )
+                if attempt == PORT_ATTEMPTS or not lost_port:
+                    raise
+                processes.remove(process)
+                ports = [free_port() for _ in range(launch.ports)]
+                process = _spawn(launch.name, launch.argv(ports), logs)
+                processes.append(process)
+        result.append(ports)
+    return result
+
+
 def _insecure_context() -> ssl.SSLContext:
     # Only for the health endpoints of controller-manager and scheduler, which
     # serve a self-signed certificate of their own.
@@ -384,39 +440,47 @@ def start_control_plane(
     by_name = {user.name: user for user in users}
     processes: list[_Process] = []
     try:
-        client_port, peer_port = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{client_port}"
-        peer_url = f"http://127.0.0.1:{peer_port}"
-        etcd = _spawn(
-            "etcd",
-            [
+
+        def etcd_argv(ports: list[int]) -> list[str]:
+            client_url, peer_url = (f"http://127.0.0.1:{port}" for port in ports)
+            return [
                 str(binaries.etcd),
                 "--name=queuemgr-test",
                 f"--data-dir={data}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
                 f"--listen-peer-urls={peer_url}",
                 f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=queuemgr-test={peer_url}",
                 "--unsafe-no-fsync",  # throwaway data: durability costs seconds per test
                 "--log-level=warn",
+            ]
+
+        etcd_ports = _launch(
+            [
+                _Launch(
+                    "etcd",
+                    etcd_argv,
+                    lambda ports: f"http://127.0.0.1:{ports[0]}/health",
+                    ports=2,
+                )
             ],
             logs,
-        )
-        processes.append(etcd)
-        _wait_ready(etcd, f"{etcd_url}/health", timeout)
+            processes,
+            timeout,
+        )[0]
+        etcd_url = f"http://127.0.0.1:{etcd_ports[0]}"
         timings["etcd"] = time.monotonic() - started
 
-        port = free_port()
-        url = f"https://127.0.0.1:{port}"
-        apiserver = _spawn(
-            "kube-apiserver",
-            [
+        admin = by_name["admin"].token
+
+        def apiserver_argv(ports: list[int]) -> list[str]:
+            return [
                 str(binaries.kube_apiserver),
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
-                f"--secure-port={port}",
+                f"--secure-port={ports[0]}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -440,19 +504,24 @@ def start_control_plane(
                 "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 *apiserver_args,
+            ]
+
+        ca_context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        apiserver_port = _launch(
+            [
+                _Launch(
+                    "kube-apiserver",
+                    apiserver_argv,
+                    lambda ports: f"https://127.0.0.1:{ports[0]}/readyz",
+                    context=ca_context,
+                    headers={"Authorization": f"Bearer {admin}"},
+                )
             ],
             logs,
-        )
-        processes.append(apiserver)
-        ca_context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        admin = by_name["admin"].token
-        _wait_ready(
-            apiserver,
-            f"{url}/readyz",
+            processes,
             timeout,
-            context=ca_context,
-            headers={"Authorization": f"Bearer {admin}"},
-        )
+        )[0][0]
+        url = f"https://127.0.0.1:{apiserver_port}"
         timings["kube-apiserver"] = time.monotonic() - started
 
         plane = ControlPlane(
@@ -484,7 +553,7 @@ def _start_controllers(
     processes: list[_Process],
     timeout: float,
 ) -> None:
-    started: list[tuple[_Process, int]] = []
+    launches = []
     for name, binary, extra in (
         (
             "kube-controller-manager",
@@ -501,28 +570,31 @@ def _start_controllers(
         kubeconfig = pki / f"{name}.kubeconfig"
         user = f"system:{name}"
         _write_kubeconfig(kubeconfig, plane.url, plane.ca_file, plane.token(user), user)
-        port = free_port()
         certs = pki / f"{name}-certs"
         certs.mkdir(exist_ok=True)
-        process = _spawn(
-            name,
-            [
-                str(binary),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--cert-dir={certs}",
-                "--leader-elect=false",
-                *extra,
-            ],
-            logs,
+        common = [
+            str(binary),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={certs}",
+            "--leader-elect=false",
+            *extra,
+        ]
+
+        def argv(ports: list[int], common: list[str] = common) -> list[str]:
+            return [*common, f"--secure-port={ports[0]}"]
+
+        launches.append(
+            _Launch(
+                name,
+                argv,
+                lambda ports: f"https://127.0.0.1:{ports[0]}/healthz",
+                context=_insecure_context(),
+            )
         )
-        processes.append(process)
-        started.append((process, port))
-    for process, port in started:
-        _wait_ready(process, f"https://127.0.0.1:{port}/healthz", timeout, _insecure_context())
+    _launch(launches, logs, processes, timeout)
 
 
 # ---------------------------------------------------------------------------
