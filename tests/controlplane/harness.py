@@ -78,15 +78,22 @@ class _Process:
             return ""
         return "\n".join(text[-lines:])
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` (``0``: SIGKILL at once).
+
+        The apiserver's graceful shutdown waits up to a minute for open watches.
+        """
         if self.popen.poll() is not None:
             return
-        self.popen.terminate()
-        try:
-            self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        if timeout > 0:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.popen.kill()
+        self.popen.wait()
 
 
 @dataclass
@@ -102,6 +109,15 @@ class ControlPlane:
     users: dict[str, User]
     processes: list[_Process] = field(default_factory=list)
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    _restart: Callable[[float], float] | None = field(default=None, repr=False)
+
+    def restart_apiserver(self, grace: float = 0.0) -> float:
+        """Stop kube-apiserver and start it again on the same port and etcd; return
+        the seconds it was away (until ``/readyz``). Watches break, stored objects
+        stay. ``grace`` 0 kills it (a crash); otherwise SIGTERM with that bound."""
+        if self._restart is None:
+            raise ControlPlaneError("this control plane cannot restart its apiserver")
+        return self._restart(grace)
 
     def token(self, user: str) -> str:
         return self.users[user].token
@@ -109,8 +125,8 @@ class ControlPlane:
     def api_client(self, token: str | None = None, **config: Any) -> ApiClient:
         """An official ``kubernetes`` client for this apiserver (admin unless ``token``).
 
-        Extra keyword arguments are set on the ``Configuration`` (e.g. ``qps``-like
-        knobs a test wants to set deliberately).
+        Extra keyword arguments are set on the ``Configuration`` (e.g. ``retries``
+        or ``connection_pool_maxsize``).
         """
         from kubernetes import client
 
@@ -393,6 +409,22 @@ def _launch(
     return result
 
 
+def _restart(
+    launch: _Launch,
+    ports: list[int],
+    logs: Path,
+    processes: list[_Process],
+    grace: float,
+    timeout: float = 120,
+) -> float:
+    started = time.monotonic()
+    index = next(i for i, process in enumerate(processes) if process.name == launch.name)
+    processes[index].stop(grace)
+    processes[index] = process = _spawn(launch.name, launch.argv(ports), logs)
+    _wait_ready(process, launch.ready_url(ports), timeout, launch.context, launch.headers)
+    return time.monotonic() - started
+
+
 def _insecure_context() -> ssl.SSLContext:
     # Only for the health endpoints of controller-manager and scheduler, which
     # serve a self-signed certificate of their own.
@@ -507,20 +539,14 @@ def start_control_plane(
             ]
 
         ca_context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        apiserver_port = _launch(
-            [
-                _Launch(
-                    "kube-apiserver",
-                    apiserver_argv,
-                    lambda ports: f"https://127.0.0.1:{ports[0]}/readyz",
-                    context=ca_context,
-                    headers={"Authorization": f"Bearer {admin}"},
-                )
-            ],
-            logs,
-            processes,
-            timeout,
-        )[0][0]
+        apiserver_launch = _Launch(
+            "kube-apiserver",
+            apiserver_argv,
+            lambda ports: f"https://127.0.0.1:{ports[0]}/readyz",
+            context=ca_context,
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        apiserver_port = _launch([apiserver_launch], logs, processes, timeout)[0][0]
         url = f"https://127.0.0.1:{apiserver_port}"
         timings["kube-apiserver"] = time.monotonic() - started
 
@@ -534,6 +560,9 @@ def start_control_plane(
             users=by_name,
             processes=processes,
             startup_seconds=timings,
+        )
+        plane._restart = lambda grace: _restart(
+            apiserver_launch, [apiserver_port], logs, processes, grace
         )
         if controllers:
             _start_controllers(plane, binaries, pki, logs, processes, timeout)

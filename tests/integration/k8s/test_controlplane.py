@@ -153,3 +153,18 @@ def test_service_account_tokens_authenticate(control_plane: ControlPlane, namesp
     with control_plane.api_client(token) as api_client:
         review = client.AuthenticationV1Api(api_client).create_self_subject_review({})
     assert review.status.user_info.username == f"system:serviceaccount:{namespace}:robot"
+
+
+def test_apiserver_restart_keeps_the_stored_objects(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    with control_plane.api_client() as api_client:
+        core = client.CoreV1Api(api_client)
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": "kept"}, "data": {"k": "v"}}
+        )
+    away = control_plane.restart_apiserver()
+    assert away < 60
+    with control_plane.api_client() as api_client:
+        kept = client.CoreV1Api(api_client).read_namespaced_config_map("kept", namespace)
+    assert kept.data == {"k": "v"}
