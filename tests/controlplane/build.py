@@ -190,8 +190,8 @@ def _build(target: _Target, go: str) -> None:
     if "-mod=" not in env.get("GOFLAGS", ""):
         env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
     env.setdefault("CGO_ENABLED", "0")
-    command = [go, "build", "-trimpath", "-ldflags", target.ldflags, "-o", f"{staging}/"]
-    command += list(target.packages)
+    command = [go, "build", "-buildvcs=false", "-trimpath", "-ldflags", target.ldflags]
+    command += ["-o", f"{staging}/", *target.packages]
     started = time.monotonic()
     _log(f"building {target.name} ({', '.join(target.outputs)}); a cold build takes a while")
     try:
