@@ -1,0 +1,231 @@
+"""One interface for every job kind queuemgr manages, like Kueue's GenericJob.
+
+Why it exists: the controller and the webhook must treat a ``batch/v1`` Job, a
+JobSet and a PyTorchJob alike: read the gang (:meth:`JobBase.pod_sets`), tell
+whether it is held (:meth:`~JobBase.is_suspended`), hold it
+(:meth:`~JobBase.suspend`), run it where the scheduler placed it
+(:meth:`~JobBase.run_with`) and tell when it is done
+(:meth:`~JobBase.finished`). A kind only says where its pod templates, its
+``suspend`` field and its terminal conditions are.
+
+What must stay true:
+
+- a job opts in with the label ``queuemgr.io/queue-name``; an empty value is
+  no opt-in;
+- methods read the object and return :class:`~queuemgr.k8s.patch.Patch`es;
+  they never mutate it, and applying the patch of ``suspend()`` or
+  ``run_with()`` is the caller's job;
+- ``run_with`` sets each pod template's node selector to the one the user
+  wrote plus the flavor's labels (and the topology domain, if any), records
+  the user's selectors once in an annotation so that a later admission to
+  another flavor starts from them again, and records the placement;
+  ``suspend`` only suspends and drops the placement record (a running
+  ``batch/v1`` Job's template is immutable until it is suspended);
+- errors in the object are :class:`~queuemgr.k8s.manifest.ManifestError`\\ s
+  naming the JSON path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, cast
+
+from queuemgr.core.model import PodSet, Workload
+from queuemgr.k8s import manifest as m
+from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.patch import Patch, Token, remove_value, set_value
+from queuemgr.k8s.placement import Finished, Placement
+from queuemgr.k8s.podspec import pod_set
+
+QUEUE_LABEL = "queuemgr.io/queue-name"
+PLACEMENT_ANNOTATION = "queuemgr.io/placement"
+ORIGINAL_SELECTORS_ANNOTATION = "queuemgr.io/original-node-selectors"
+
+
+def parse_timestamp(value: str, path: str) -> float:
+    """An RFC 3339 timestamp (``2025-01-02T03:04:05Z``) as seconds since the epoch."""
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ManifestError(path, value, "bad timestamp") from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Template:
+    """One pod set's pod template: its pod set name, count and JSON location."""
+
+    name: str
+    count: int
+    tokens: tuple[Token, ...]  # path to the PodTemplateSpec
+    min_count: int | None = None
+
+    @property
+    def path(self) -> str:
+        return json_path(self.tokens)
+
+
+def json_path(tokens: Sequence[Token]) -> str:
+    """``("spec", "replicatedJobs", 0)`` -> ``spec.replicatedJobs[0]`` (as errors name it)."""
+    out = ""
+    for t in tokens:
+        out = m.child(out, t)
+    return out
+
+
+class JobBase:
+    """The shared half of every kind; subclasses say where things are."""
+
+    GROUP: ClassVar[str]
+    VERSION: ClassVar[str]
+    KIND: ClassVar[str]
+    PLURAL: ClassVar[str]
+    SUSPEND: ClassVar[tuple[str, ...]]  # path of the suspend flag
+    SUCCEEDED: ClassVar[str]  # terminal condition types
+    FAILED: ClassVar[str]
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        if not isinstance(obj, Mapping):
+            raise ManifestError("", obj, "expected an object, got")
+        self.obj = obj
+
+    # -- kind-specific --------------------------------------------------------
+
+    def templates(self) -> list[Template]:
+        raise NotImplementedError
+
+    def max_runtime(self) -> float | None:
+        """The user's declared time limit in seconds, if the kind has one."""
+        return None
+
+    # -- shared ---------------------------------------------------------------
+
+    @property
+    def namespace(self) -> str:
+        return m.string(m.mapping(self.obj, "metadata", ""), "namespace", "metadata")
+
+    @property
+    def name(self) -> str:
+        return m.string(m.mapping(self.obj, "metadata", ""), "name", "metadata")
+
+    def queue_name(self) -> str | None:
+        return m.label_map(self.obj).get(QUEUE_LABEL) or None
+
+    def pod_sets(self) -> tuple[PodSet, ...]:
+        out = []
+        for t in self.templates():
+            parent = self._at(t.tokens[:-1])
+            template = m.required_mapping(parent, str(t.tokens[-1]), json_path(t.tokens[:-1]))
+            out.append(pod_set(t.name, t.count, template, t.path, min_count=t.min_count))
+        return tuple(out)
+
+    def is_suspended(self) -> bool:
+        holder = self._at(self.SUSPEND[:-1])
+        return m.boolean(holder, self.SUSPEND[-1], json_path(self.SUSPEND[:-1]), default=False)
+
+    def suspend(self) -> Patch:
+        patch = set_value(self.obj, self.SUSPEND, True)
+        return patch + remove_value(self.obj, ("metadata", "annotations", PLACEMENT_ANNOTATION))
+
+    def run_with(self, placement: Placement) -> Patch:
+        originals = self._original_selectors()
+        patch = Patch()
+        for t in self.templates():
+            selector = dict(originals.get(t.name, {}))
+            selector.update(placement.node_labels)
+            assignment = placement.assignment(t.name)
+            if assignment is not None and assignment.topology is not None:
+                selector[assignment.topology[0]] = assignment.topology[1]
+            patch += set_value(self.obj, (*t.tokens, "spec", "nodeSelector"), selector)
+        notes = {PLACEMENT_ANNOTATION: placement.record()}
+        if ORIGINAL_SELECTORS_ANNOTATION not in m.annotation_map(self.obj):
+            recorded = json.dumps(originals, sort_keys=True, separators=(",", ":"))
+            notes[ORIGINAL_SELECTORS_ANNOTATION] = recorded
+        patch += set_annotations(self.obj, notes)
+        return patch + set_value(self.obj, self.SUSPEND, False)
+
+    def finished(self) -> Finished | None:
+        status = m.mapping(self.obj, "status", "")
+        for i, cond in enumerate(m.sequence(status, "conditions", "status")):
+            path = f"status.conditions[{i}]"
+            if not isinstance(cond, Mapping):
+                raise ManifestError(path, cond, "expected an object, got")
+            kind = m.string(cond, "type", path)
+            if kind in (self.SUCCEEDED, self.FAILED) and m.string(cond, "status", path) == "True":
+                return Finished(
+                    succeeded=kind == self.SUCCEEDED,
+                    reason=m.string(cond, "reason", path),
+                    message=m.string(cond, "message", path),
+                )
+        return None
+
+    def workload(self, *, created_at: float | None = None, priority: int = 0) -> Workload:
+        """The core workload for this job (``created_at`` defaults to its creation time)."""
+        if created_at is None:
+            stamp = m.string(m.mapping(self.obj, "metadata", ""), "creationTimestamp", "metadata")
+            created_at = parse_timestamp(stamp, "metadata.creationTimestamp") if stamp else 0.0
+        return Workload(
+            namespace=self.namespace,
+            name=self.name,
+            queue=self.queue_name() or "",
+            pod_sets=self.pod_sets(),
+            priority=priority,
+            created_at=created_at,
+            max_runtime=self.max_runtime(),
+        )
+
+    # -- helpers --------------------------------------------------------------
+
+    def _at(self, tokens: Sequence[Token]) -> Mapping[str, Any]:
+        """The object at ``tokens``; empty where a member is absent (list items must exist)."""
+        current: Any = self.obj
+        path = ""
+        for token in tokens:
+            path = m.child(path, token)
+            if isinstance(token, int):
+                if not isinstance(current, list) or not 0 <= token < len(current):
+                    raise ManifestError(path, None, "missing:")
+                current = current[token]
+            elif isinstance(current, Mapping):
+                current = current.get(token)
+                if current is None:
+                    return {}
+            else:
+                raise ManifestError(path, current, "expected an object, got")
+        if not isinstance(current, Mapping):
+            raise ManifestError(path, current, "expected an object, got")
+        return cast(Mapping[str, Any], current)
+
+    def _original_selectors(self) -> dict[str, dict[str, str]]:
+        recorded = m.annotation_map(self.obj).get(ORIGINAL_SELECTORS_ANNOTATION)
+        if recorded is None:
+            return {
+                t.name: m.string_map(
+                    self._at((*t.tokens, "spec")), "nodeSelector", f"{t.path}.spec"
+                )
+                for t in self.templates()
+            }
+        path = f"metadata.annotations[{ORIGINAL_SELECTORS_ANNOTATION}]"
+        try:
+            raw = json.loads(recorded)
+        except ValueError:
+            raise ManifestError(path, recorded, "bad JSON") from None
+        if not isinstance(raw, dict) or not all(
+            isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+            for v in raw.values()
+        ):
+            raise ManifestError(path, recorded, "expected {pod set: {label: value}}, got")
+        return {str(k): dict(v) for k, v in raw.items()}
+
+
+def set_annotations(obj: Mapping[str, Any], updates: Mapping[str, str]) -> Patch:
+    """Set these annotations, keeping the others (one add per key, or the whole map)."""
+    meta = m.mapping(obj, "metadata", "")
+    if meta.get("annotations") is None:
+        return set_value(obj, ("metadata", "annotations"), dict(sorted(updates.items())))
+    patch = Patch()
+    for key, value in sorted(updates.items()):
+        patch += set_value(obj, ("metadata", "annotations", key), value)
+    return patch

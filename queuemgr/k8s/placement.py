@@ -1,0 +1,96 @@
+"""An admission as a job sees it, and a job's end as Kubernetes reports it.
+
+Why it exists: :meth:`~queuemgr.k8s.jobframework.JobBase.run_with` needs the
+flavor's node labels and, per pod set, the topology domain the scheduler
+pinned it to; :class:`Placement` carries exactly that (and the nodes, which
+are only recorded in an annotation for people to read).
+
+What must stay true: value objects are frozen and keyword-only; a pod set is
+pinned to a topology domain only when all its pods landed in that one domain;
+the recorded placement is deterministic JSON (keys sorted) so that re-applying
+the same admission patches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from queuemgr.core.model import Admission, NodeName, PodSet, ResourceFlavor
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PodSetAssignment:
+    """Where one pod set of an admitted gang runs."""
+
+    pod_set: str
+    nodes: Mapping[str, int] = field(default_factory=dict)  # node -> pods (recorded only)
+    topology: tuple[str, str] | None = None  # (node label key, domain value) it is pinned to
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Placement:
+    """An admission as the job sees it: the flavor's node labels, per pod set details."""
+
+    cluster_queue: str
+    flavor: str
+    node_labels: Mapping[str, str]
+    pod_sets: tuple[PodSetAssignment, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        admission: Admission,
+        flavor: ResourceFlavor,
+        pod_sets: Sequence[PodSet],
+        node_labels: Mapping[NodeName, Mapping[str, str]],
+    ) -> Placement:
+        """From a core admission; a pod set with a topology whose pods all landed in one
+        domain of it is pinned to that domain."""
+        assignments = []
+        for ps in pod_sets:
+            nodes = {p.node: p.count for p in admission.placements if p.pod_set == ps.name}
+            topology = None
+            if ps.topology is not None and nodes:
+                values = {node_labels.get(n, {}).get(ps.topology) for n in nodes}
+                if len(values) == 1 and (value := values.pop()) is not None:
+                    topology = (ps.topology, value)
+            assignments.append(
+                PodSetAssignment(
+                    pod_set=ps.name, nodes=dict(sorted(nodes.items())), topology=topology
+                )
+            )
+        return cls(
+            cluster_queue=admission.cluster_queue,
+            flavor=flavor.name,
+            node_labels=dict(flavor.node_labels),
+            pod_sets=tuple(assignments),
+        )
+
+    def assignment(self, pod_set: str) -> PodSetAssignment | None:
+        return next((a for a in self.pod_sets if a.pod_set == pod_set), None)
+
+    def record(self) -> str:
+        """The placement annotation's value: compact JSON, keys sorted."""
+        body = {
+            "clusterQueue": self.cluster_queue,
+            "flavor": self.flavor,
+            "podSets": {
+                a.pod_set: {
+                    "nodes": dict(a.nodes),
+                    **({"topology": {a.topology[0]: a.topology[1]}} if a.topology else {}),
+                }
+                for a in self.pod_sets
+            },
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Finished:
+    """A job's terminal condition: the result and what Kubernetes said about it."""
+
+    succeeded: bool
+    reason: str = ""
+    message: str = ""
