@@ -1,0 +1,72 @@
+"""The admission webhook's view of the system of record, read from Postgres.
+
+Why it exists: :mod:`queuemgr.k8s` defines the narrow
+:class:`~queuemgr.k8s.directory.QueueDirectory` port and may not import the
+store; the service layer, which may import both, implements it here over
+:mod:`queuemgr.store.directory`.
+
+What must stay true: each answer comes from one short read-only transaction
+(no lock held across requests); any database error becomes
+:class:`~queuemgr.k8s.directory.DirectoryUnavailable`, so the webhook applies
+its outage rule instead of failing the API server's call with a 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.k8s.directory import (
+    AdmittedView,
+    ClusterQueueView,
+    DirectoryUnavailable,
+    FlavorCapacity,
+)
+from queuemgr.store import directory as store
+
+T = TypeVar("T")
+
+
+class StoreQueueDirectory:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _read(self, query: Callable[[Connection], T]) -> T:
+        try:
+            with self.engine.connect() as conn:
+                return query(conn)
+        except SQLAlchemyError as error:
+            raise DirectoryUnavailable(f"the queuemgr database: {type(error).__name__}") from error
+
+    def local_queue(self, namespace: str, name: str) -> str | None:
+        return self._read(lambda conn: store.local_queue_target(conn, namespace, name))
+
+    def local_queues(self, namespace: str) -> list[str]:
+        return self._read(lambda conn: store.local_queue_names(conn, namespace))
+
+    def cluster_queue(self, name: str) -> ClusterQueueView | None:
+        record = self._read(lambda conn: store.cluster_queue_record(conn, name))
+        if record is None:
+            return None
+        return ClusterQueueView(
+            name=record.name,
+            namespaces=record.namespaces,
+            flavors=tuple(
+                FlavorCapacity(flavor=f.flavor, nominal=f.nominal, node_shapes=f.node_shapes)
+                for f in record.flavors
+            ),
+        )
+
+    def admitted(self, namespace: str, name: str) -> AdmittedView | None:
+        record = self._read(lambda conn: store.admitted_record(conn, namespace, name))
+        if record is None:
+            return None
+        return AdmittedView(
+            queue=record.local_queue,
+            cluster_queue=record.cluster_queue,
+            flavor=record.flavor,
+            pod_sets=record.pod_sets,
+        )
