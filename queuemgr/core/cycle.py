@@ -287,8 +287,12 @@ class _Cycle:
             for guard in self.guards:
                 guard.record(self.admitted[-1], self.now)
             return None
-        # The victims hold their capacity until they have stopped; w waits for them.
-        self.preemptor.undo(found, keep_evicted=True)
+        # w starts once its victims have stopped. Until then the capacity it needs, the
+        # victims' and whatever else was free, is held for it: a workload admitted into
+        # it now would only be preempted in turn when w comes back (a ping-pong).
+        held = self._hold(cq, w, found.flavor, found.placements, found.borrowing)
+        for guard in self.guards:
+            guard.record(held, self.now)
         victims = ", ".join(e.victim.workload.id for e in found.evictions)
         return Verdict(
             reason=PendingReason.PREEMPTING,
@@ -363,6 +367,26 @@ class _Cycle:
         self.pool.take(admission.placements, w.pod_sets)
         self.admitted.append(admitted)
         return None
+
+    def _hold(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        placements: tuple[PodSetPlacement, ...],
+        borrowing: bool,
+    ) -> AdmittedWorkload:
+        """Take ``w``'s quota and nodes for the rest of the cycle without admitting it."""
+        admission = Admission(
+            workload=w.id,
+            cluster_queue=cq.name,
+            flavor=flavor,
+            placements=placements,
+            borrowing=borrowing,
+        )
+        self.ledger.add(cq.name, flavor, w.total_requests)
+        self.pool.take(admission.placements, w.pod_sets)
+        return AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
 
     # -- phases 1, 4, 5 ---------------------------------------------------
     def run(self) -> None:

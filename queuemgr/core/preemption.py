@@ -88,14 +88,6 @@ class Preemptor:
                 return found
         return None
 
-    def undo(self, preemption: Preemption, *, keep_evicted: bool = False) -> None:
-        """Give the victims their capacity back; with ``keep_evicted`` they stay chosen
-        (evicted, but holding their capacity until they have stopped)."""
-        for e in preemption.evictions:
-            self._restore(e.victim)
-            if not keep_evicted:
-                self.evicted.discard(e.victim.workload.id)
-
     # -- the search -------------------------------------------------------
     def _candidates(
         self, cq: ClusterQueue, w: Workload, flavor: FlavorName

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
@@ -17,8 +19,12 @@ def _full_queue(within: str, running_priority: int, running_at: float = 0.0) -> 
     w.node(make_nodes("n", 1))
     for i in range(2):
         job = (
-            make_workload(f"low{i}").ns("a").gpus(4).priority(running_priority)
-            .at(running_at + i).build()
+            make_workload(f"low{i}")
+            .ns("a")
+            .gpus(4)
+            .priority(running_priority)
+            .at(running_at + i)
+            .build()
         )
         w.running(make_admitted(job, "a", "default", {"n-0": 1}, at=10.0 + i))
     return w
@@ -174,3 +180,29 @@ def test_after_victims_stop_the_preemptor_waits() -> None:
     assert "a/high" not in res.admitted_ids()
     assert res.reason("a/high") is PendingReason.PREEMPTING
     assert "a/low1" in res.message("a/high")
+
+
+def test_a_waiting_preemptor_keeps_the_capacity_it_needs_for_the_rest_of_the_cycle() -> None:
+    # a reclaims n-0 (8 GPUs): b2's 4 GPUs there plus the 4 still free. While a waits for
+    # b2 to stop, b3 must not take the free half, or a would preempt b3 next (a ping-pong).
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96"),
+    )
+    world.node(make_nodes("n", 2))
+    b1 = make_workload("b1").ns("b").gpus(8).at(1.0).build()
+    b2 = make_workload("b2").ns("b").gpus(4).at(2.0).build()
+    world.running(make_admitted(b1, "b", "default", {"n-1": 1}, at=1.0))
+    world.running(make_admitted(b2, "b", "default", {"n-0": 1}, at=2.0))  # the newest goes first
+    world.submit(make_workload("b3").ns("b").gpus(4).at(3.0))
+    world.submit(make_workload("mine").ns("a").gpus(8).at(10.0))
+    world.policy = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
+    res = world.run()
+    assert res.evicted_ids() == {"b/b2"}
+    assert res.reason("a/mine") is PendingReason.PREEMPTING
+    assert res.admitted_ids() == set()  # b3 waits: the free half of n-0 is a's
+    same_cycle = dataclasses.replace(
+        world.policy, preemptor_admission=PreemptorAdmission.SAME_CYCLE
+    )
+    world.policy = same_cycle
+    assert world.run().admitted_ids() == {"a/mine"}  # the same claim, admitted at once
