@@ -17,13 +17,15 @@ from __future__ import annotations
 import getpass
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
+from queuemgr.cli import kube
 from queuemgr.cli.common import engine, namespace_option, quantities
 from queuemgr.cli.completion import complete_local_queue, complete_workload
-from queuemgr.cli.errors import CliError, handled, not_found
+from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.explain import explain, print_why
 from queuemgr.cli.flags import check_name, namespace
 from queuemgr.cli.output import age, emit, iso, output_option, print_fields, print_table, vec
@@ -42,10 +44,18 @@ from queuemgr.store.notify import finish_workload, submit_workload
 @click.option(
     "-q",
     "--queue",
-    required=True,
-    help="LocalQueue to submit to.",
+    default=None,
+    help="LocalQueue to submit to (with -f: default the manifest's queue label).",
     shell_complete=complete_local_queue,
 )
+@click.option(
+    "-f",
+    "--filename",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Kubernetes mode: a Job, JobSet or PyTorchJob manifest to submit.",
+)
+@click.option("--image", default=None, help="Kubernetes mode: the container image to run.")
 @namespace_option
 @click.option("--name", default=None, help="Workload name (default: USER-<random>).")
 @click.option("--gpus", default="0", help="GPUs per pod.")
@@ -57,7 +67,9 @@ from queuemgr.store.notify import finish_workload, submit_workload
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @handled
 def submit(
-    queue: str,
+    queue: str | None,
+    filename: Path | None,
+    image: str | None,
     namespace: str | None,
     name: str | None,
     gpus: str,
@@ -71,9 +83,21 @@ def submit(
     """Submit a gang of --pods pods to a LocalQueue: queuemgr submit -q default -- CMD...
 
     With the simulated backend the workload is recorded in the store and CMD is
-    not run; `-f job.yaml` (any supported kind) comes with the Kubernetes backend.
+    not run. In Kubernetes mode (QUEUEMGR_KUBECONFIG) it creates a suspended
+    batch/v1 Job running CMD in --image, or the job of `-f job.yaml` (any
+    supported kind), with your own credentials.
     """
     ns = namespace_of(namespace)
+    if kube.enabled():
+        kube.submit_job(
+            ns, queue, filename, image, name or f"{_user()}-{secrets.token_hex(3)}",
+            pods, gpus, cpu, memory, max_runtime, command,
+        )  # fmt: skip
+        return
+    if filename is not None or image is not None:
+        raise BadInput("-f/--image: only in Kubernetes mode (set QUEUEMGR_KUBECONFIG)")
+    if queue is None:
+        raise BadInput("-q/--queue: required")
     wname = check_name(name or f"{_user()}-{secrets.token_hex(3)}", "--name")
     items = [f"{GPU}={gpus}"]
     items += [f"{CPU}={cpu}"] if cpu is not None else []
@@ -162,6 +186,11 @@ def list_(
 ) -> None:
     """Workloads with their state and reason, oldest first."""
     ns = None if all_namespaces else namespace_of(namespace)
+    if kube.enabled():
+        docs = kube.list_docs(ns)
+        docs["workloads"] = [d for d in docs["workloads"] if queue in (None, d["local_queue"])]
+        emit(docs, output, _list_table)
+        return
     with engine() as eng:
 
         def fetch() -> dict[str, Any]:
@@ -221,6 +250,9 @@ def status(
 ) -> None:
     """The stored state of workload NAME (as the service last wrote it)."""
     ns = namespace_of(namespace)
+    if kube.enabled():
+        emit(kube.one(ns, name), output, _kube_fields)
+        return
     with engine() as eng:
 
         def fetch() -> dict[str, Any]:
@@ -238,6 +270,21 @@ def status(
             timeout=watch_timeout,
             done=lambda d: d["state"] == "Finished",
         )
+
+
+def _kube_fields(d: dict[str, Any]) -> None:
+    print_fields(
+        [
+            ("Job", f"{d['kind']} {d['namespace']}/{d['name']}"),
+            ("Queue", d["local_queue"]),
+            ("State", d["state"]),
+            ("Reason", d["reason"]),
+            ("Message", d["message"] or "-"),
+            ("Position", d["position"] if d["position"] is not None else "-"),
+            ("ETA", d["eta"] or "-"),
+            ("GPUs", d["gpus"]),
+        ]
+    )
 
 
 def _status_fields(d: dict[str, Any]) -> None:
@@ -268,6 +315,9 @@ def _status_fields(d: dict[str, Any]) -> None:
 def why(name: str, namespace: str | None, output: str) -> None:
     """Why workload NAME is pending: reason, positions, ETA, who is ahead (writes nothing)."""
     ns = namespace_of(namespace)
+    if kube.enabled():  # the controller's answer, as written on the job
+        emit(kube.one(ns, name), output, _kube_fields)
+        return
     with engine() as eng:
         with eng.connect() as conn:
             info = _one(conn, ns, name)
@@ -282,6 +332,9 @@ def why(name: str, namespace: str | None, output: str) -> None:
 def cancel(name: str, namespace: str | None) -> None:
     """Cancel workload NAME: it finishes with reason Cancelled and frees its quota."""
     ns = namespace_of(namespace)
+    if kube.enabled():
+        kube.cancel(ns, name)
+        return
     with engine() as eng, eng.begin() as conn:
         info = _one(conn, ns, name)
         if info.row["state"].value == "Finished":
