@@ -44,6 +44,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName, add
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.eta import EtaTracker
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
@@ -103,6 +104,7 @@ class SchedulerLoop:
         self._last_sample: float | None = None
         self._adopted: LeaderToken | None = None
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
+        self._eta = EtaTracker()  # the first ETA each pending workload was given
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -145,6 +147,8 @@ class SchedulerLoop:
         # Charged from now on: the next cycle's advance bills this holding.
         self._usage.set_held(_held_by_queue((*state.admitted, *decisions.admitted)))
         self._metrics.observe_cycle(snapshot, decisions, duration, now)
+        for predicted, actual in self._eta.observe(state.pending, decisions, now):
+            self._metrics.observe_eta_error(predicted, actual)
         victims = [e.victim.workload.id for e in decisions.evicted]
         self._apply(token, list(decisions.admitted), victims)
         if finished or victims:

@@ -158,3 +158,26 @@ def test_a_workload_evicted_outside_a_cycle_is_stopped_and_requeued(engine: Engi
         assert placements(engine) == {"a": 1}
     finally:
         elector.stop()
+
+
+def test_the_eta_error_is_observed_when_a_waiting_gang_starts(engine: Engine) -> None:
+    seed_config(engine)  # two 8-GPU nodes
+    with engine.begin() as conn:
+        for name in ("a", "b"):
+            w = dataclasses.replace(gang(name, created_at=1_700_000_000.0), max_runtime=60.0)
+            submit_workload(conn, w)
+        submit_workload(conn, gang("c", created_at=1_700_000_001.0))
+    loop, elector, backend = make_loop(engine)
+    registry = loop._metrics.registry
+    assert elector.step()
+    try:
+        loop.run_once()  # a and b run; c is told it starts when one of them ends (~60 s)
+        assert registry.get_sample_value("queuemgr_eta_error_seconds_count") == 0
+        backend.finish(WorkloadId("team-a/a"))  # well before its declared end
+        report = loop.run_once()
+        assert report is not None and report.admitted == ("team-a/c",)
+        assert registry.get_sample_value("queuemgr_eta_error_seconds_count") == 1
+        error = registry.get_sample_value("queuemgr_eta_error_seconds_sum")
+        assert error is not None and 55 <= error <= 60  # it started ~60 s early
+    finally:
+        elector.stop()
