@@ -30,6 +30,7 @@ from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SchedulerLoop
 from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
 from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
+from queuemgr.service.webhook import AdmissionWebhook
 from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store import config as store_config
 from queuemgr.store.database import DatabaseError, check_connection, create_engine, resolve_url
@@ -78,6 +79,10 @@ class Service:
             raise DatabaseError(
                 "the database has no queuemgr schema: run `queuemgr db upgrade`"
             ) from None
+        # Every replica serves the admission webhook, leader or not (it only reads the store).
+        self.webhook = (
+            AdmissionWebhook(config.webhook, self.engine) if config.webhook.enabled else None
+        )
         nodes = _seed_cluster(self.engine, config)
         self.backend: ClusterBackend = backend or SimulatedBackend(
             nodes, self.clock, default_runtime=config.default_runtime
@@ -138,6 +143,8 @@ class Service:
         return True, f"database reachable, loop running ({role})"
 
     def start(self) -> None:
+        if self.webhook is not None:
+            self.webhook.start()
         self.http.start()
         self.loop.start()
         self.listener.start()
@@ -156,6 +163,8 @@ class Service:
         self.listener.stop()
         self.loop.stop()
         self.http.stop()
+        if self.webhook is not None:
+            self.webhook.stop()
         self.engine.dispose()
 
     def wait(self) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.service.webhook_config import WebhookConfig, load_webhook_config
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import KNOBS, parse_policy
 from queuemgr.sim.yamlcheck import InputError
@@ -62,6 +63,7 @@ class ServiceConfig:
             preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP
         )
     )
+    webhook: WebhookConfig = field(default_factory=WebhookConfig)  # the `webhook:` section
 
 
 def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> ServiceConfig:
@@ -75,15 +77,21 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> Serv
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         try:
-            raw = y.mapping(loaded or {}, "", optional=(*ENV, "scheduler"))
+            raw = y.mapping(loaded or {}, "", optional=(*ENV, "scheduler", "webhook"))
         except InputError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         base = path.parent
+    webhook_raw = raw.pop("webhook", None)
     values: dict[str, tuple[object, str]] = {k: (v, k) for k, v in raw.items()}
     for key, var in ENV.items():
         if env.get(var):
             values[key] = (env[var], var)
-    return _build(values, base)
+    config = _build(values, base)
+    try:  # its own keys and QUEUEMGR_WEBHOOK_* variables (service/webhook_config.py)
+        webhook = load_webhook_config(webhook_raw, env, base)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    return dataclasses.replace(config, webhook=webhook)
 
 
 def _build(values: Mapping[str, tuple[object, str]], base: Path) -> ServiceConfig:
