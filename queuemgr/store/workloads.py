@@ -18,11 +18,13 @@ What must stay true:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, text
+from sqlalchemy import Connection, insert, text
 from sqlalchemy.exc import IntegrityError
 
 from queuemgr.core.lifecycle import WorkloadState
@@ -39,7 +41,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.reasons import Decisions, PendingReason
 from queuemgr.store import codec
-from queuemgr.store.models import PlacementRow, PodSetRow, WorkloadRow
+from queuemgr.store.models import PodSetRow, WorkloadRow
 
 
 class StateConflict(RuntimeError):
@@ -94,6 +96,9 @@ def insert_workload(conn: Connection, w: Workload) -> int:
     return wid
 
 
+Status = tuple[WorkloadState, str, str]  # (state, reason, message) as stored
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workloads:
     """The workloads a cycle needs, and the pending reasons last written for them."""
@@ -101,79 +106,160 @@ class Workloads:
     pending: tuple[Workload, ...]
     admitted: tuple[AdmittedWorkload, ...]
     # (state, reason, message) as stored, for writing only what a cycle changes.
-    statuses: Mapping[WorkloadId, tuple[WorkloadState, str, str]] = field(default_factory=dict)
+    statuses: Mapping[WorkloadId, Status] = field(default_factory=dict)
 
 
-_LIVE = (WorkloadState.PENDING, WorkloadState.INADMISSIBLE, WorkloadState.ADMITTED)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LiveRow:
+    """One queued or admitted workload row as read, with the ``version`` it was read at."""
+
+    id: int
+    version: int
+    state: WorkloadState
+    reason: str
+    message: str
+    workload: Workload
+    admitted: AdmittedWorkload | None  # set when state is Admitted
+
+
+_COLUMNS = (
+    "id, version, namespace, name, local_queue, priority, created_at, max_runtime, "
+    "state::text AS state, reason, message, admitted_at, cluster_queue, flavor, borrowing"
+)
+# Two reads, each matching one partial index's predicate exactly, so the cost
+# follows the live workloads, never the finished history.
+_ALL_LIVE = text(f"""
+SELECT {_COLUMNS} FROM workloads WHERE state IN ('Pending', 'Inadmissible')
+UNION ALL
+SELECT {_COLUMNS} FROM workloads WHERE state = 'Admitted'
+ORDER BY id
+""")
+_LIVE_BY_ID = text(f"""
+SELECT {_COLUMNS} FROM workloads
+WHERE id = ANY(CAST(:ids AS bigint[])) AND state IN ('Pending', 'Inadmissible', 'Admitted')
+ORDER BY id
+""")
+# JSONB as text: identical vectors (most workloads share a few shapes) are decoded once.
+_POD_SETS = text("""
+SELECT workload_id, name, count, requests::text, node_selector::text, tolerations::text,
+       topology_required, topology_preferred, min_count
+FROM pod_sets WHERE workload_id = ANY(CAST(:ids AS bigint[]))
+ORDER BY workload_id, position
+""")
+_PLACEMENTS = text("""
+SELECT workload_id, pod_set, node, count FROM placements
+WHERE workload_id = ANY(CAST(:ids AS bigint[]))
+ORDER BY workload_id, pod_set, node
+""")
+
+
+def read_live(
+    conn: Connection,
+    ids: Sequence[int] | None = None,
+    known: Mapping[int, Workload] | None = None,
+) -> list[LiveRow]:
+    """The live (queued or admitted) rows among ``ids`` (all of them when None), by id.
+
+    Pod sets never change after submission, so a row whose workload is in
+    ``known`` (by row id) keeps that object and its pod sets are not read.
+    """
+    known = known or {}
+    if ids is None:
+        rows = conn.execute(_ALL_LIVE).all()
+    elif ids:
+        rows = conn.execute(_LIVE_BY_ID, {"ids": list(ids)}).all()
+    else:
+        return []
+    unknown = [r.id for r in rows if r.id not in known]
+    pod_sets = _read_pod_sets(conn, unknown) if unknown else {}
+    admitted_ids = [r.id for r in rows if r.state == "Admitted"]
+    placements: dict[int, list[PodSetPlacement]] = {}
+    if admitted_ids:
+        for wid, pod_set, node, count in conn.execute(_PLACEMENTS, {"ids": admitted_ids}):
+            placements.setdefault(wid, []).append(
+                PodSetPlacement(pod_set=pod_set, node=NodeName(node), count=count)
+            )
+    out: list[LiveRow] = []
+    for r in rows:
+        w = known.get(r.id)
+        if w is None:
+            w = Workload(
+                namespace=r.namespace,
+                name=r.name,
+                queue=r.local_queue,
+                pod_sets=pod_sets.get(r.id, ()),
+                priority=r.priority,
+                created_at=codec.seconds(r.created_at),
+                max_runtime=r.max_runtime,
+            )
+        state = WorkloadState(r.state)
+        admitted = None
+        if state is WorkloadState.ADMITTED:
+            admission = Admission(
+                workload=w.id,
+                cluster_queue=ClusterQueueName(r.cluster_queue),
+                flavor=FlavorName(r.flavor),
+                placements=tuple(placements.get(r.id, ())),
+                borrowing=r.borrowing,
+            )
+            at = codec.seconds(r.admitted_at)
+            admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=at)
+        out.append(
+            LiveRow(
+                id=r.id,
+                version=r.version,
+                state=state,
+                reason=r.reason,
+                message=r.message,
+                workload=w,
+                admitted=admitted,
+            )
+        )
+    return out
+
+
+def _read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, ...]]:
+    """Pod sets by workload row id; equal pod sets are one shared (immutable) object."""
+    decoded: dict[str, Any] = {}
+    interned: dict[tuple[Any, ...], PodSet] = {}
+
+    def dec(raw: str) -> Any:
+        value = decoded.get(raw)
+        if value is None:
+            value = decoded[raw] = json.loads(raw)
+        return value
+
+    out: dict[int, list[PodSet]] = {}
+    for row in conn.execute(_POD_SETS, {"ids": ids}):
+        wid, key = row[0], tuple(row[1:])
+        ps = interned.get(key)
+        if ps is None:
+            name, count, requests, selector, tolerations, required, preferred, min_count = key
+            ps = interned[key] = PodSet(
+                name=name,
+                count=count,
+                requests=codec.resources(dec(requests)),
+                node_selector=dict(dec(selector)),
+                tolerations=codec.tolerations_of(dec(tolerations)),
+                topology_required=required,
+                topology_preferred=preferred,
+                min_count=min_count,
+            )
+        out.setdefault(wid, []).append(ps)
+    return {wid: tuple(v) for wid, v in out.items()}
 
 
 def load_workloads(conn: Connection) -> Workloads:
     """Queued (Pending, Inadmissible) and Admitted workloads, with pod sets and placements."""
-    # Rows come back as mappings: a Core connection yields columns, not ORM objects.
-    rows = (
-        conn.execute(
-            select(WorkloadRow.__table__)
-            .where(WorkloadRow.state.in_(_LIVE))
-            .order_by(WorkloadRow.id)
-        )
-        .mappings()
-        .all()
-    )
-    ids = [r["id"] for r in rows]
-    pod_sets: dict[int, list[PodSet]] = {}
-    for ps in conn.execute(
-        select(PodSetRow.__table__)
-        .where(PodSetRow.workload_id.in_(bindparam("ids", ids, expanding=True)))
-        .order_by(PodSetRow.workload_id, PodSetRow.position)
-    ).mappings():
-        pod_sets.setdefault(ps["workload_id"], []).append(
-            PodSet(
-                name=ps["name"],
-                count=ps["count"],
-                requests=codec.resources(ps["requests"]),
-                node_selector=dict(ps["node_selector"]),
-                tolerations=codec.tolerations_of(ps["tolerations"]),
-                topology_required=ps["topology_required"],
-                topology_preferred=ps["topology_preferred"],
-                min_count=ps["min_count"],
-            )
-        )
-    admitted_ids = [r["id"] for r in rows if r["state"] is WorkloadState.ADMITTED]
-    placements: dict[int, list[PodSetPlacement]] = {}
-    for p in conn.execute(
-        select(PlacementRow.__table__)
-        .where(PlacementRow.workload_id.in_(bindparam("ids", admitted_ids, expanding=True)))
-        .order_by(PlacementRow.workload_id, PlacementRow.pod_set, PlacementRow.node)
-    ).mappings():
-        placements.setdefault(p["workload_id"], []).append(
-            PodSetPlacement(pod_set=p["pod_set"], node=NodeName(p["node"]), count=p["count"])
-        )
     pending: list[Workload] = []
     admitted: list[AdmittedWorkload] = []
     statuses: dict[WorkloadId, tuple[WorkloadState, str, str]] = {}
-    for r in rows:
-        w = Workload(
-            namespace=r["namespace"],
-            name=r["name"],
-            queue=r["local_queue"],
-            pod_sets=tuple(pod_sets.get(r["id"], ())),
-            priority=r["priority"],
-            created_at=codec.seconds(r["created_at"]),
-            max_runtime=r["max_runtime"],
-        )
-        if r["state"] is WorkloadState.ADMITTED:
-            admission = Admission(
-                workload=w.id,
-                cluster_queue=ClusterQueueName(r["cluster_queue"]),
-                flavor=FlavorName(r["flavor"]),
-                placements=tuple(placements.get(r["id"], ())),
-                borrowing=r["borrowing"],
-            )
-            at = codec.seconds(r["admitted_at"])
-            admitted.append(AdmittedWorkload(workload=w, admission=admission, admitted_at=at))
+    for row in read_live(conn):
+        if row.admitted is not None:
+            admitted.append(row.admitted)
         else:
-            pending.append(w)
-            statuses[w.id] = (r["state"], r["reason"], r["message"])
+            pending.append(row.workload)
+            statuses[row.workload.id] = (row.state, row.reason, row.message)
     return Workloads(pending=tuple(pending), admitted=tuple(admitted), statuses=statuses)
 
 
@@ -188,7 +274,13 @@ FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:cqs AS text[]),
             CAST(:flavors AS text[]), CAST(:borrowing AS boolean[]))
      AS d(ns, name, cq, flavor, borrowing)
 WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
-RETURNING w.id, w.namespace, w.name
+RETURNING w.id, w.namespace, w.name, w.version
+""")
+
+_PLACE = text("""
+INSERT INTO placements (workload_id, pod_set, node, count)
+SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:pod_sets AS text[]),
+                     CAST(:nodes AS text[]), CAST(:counts AS int[]))
 """)
 
 _REQUEUE_STATUS = text("""
@@ -201,6 +293,7 @@ FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:states AS text[])
             CAST(:reasons AS text[]), CAST(:messages AS text[]))
      AS d(ns, name, state, reason, message)
 WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+RETURNING w.namespace, w.name, w.version
 """)
 
 
@@ -208,6 +301,10 @@ WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmis
 class Persisted:
     admitted: int
     statuses_written: int
+    # What was written, for a caller that keeps its own copy of the rows
+    # (``store.mirror``): each written row's new version, and the statuses.
+    versions: Mapping[WorkloadId, int] = field(default_factory=dict, compare=False)
+    statuses: Mapping[WorkloadId, Status] = field(default_factory=dict, compare=False)
 
 
 def persist_decisions(
@@ -215,7 +312,7 @@ def persist_decisions(
     decisions: Decisions,
     *,
     now: float,
-    previous: Mapping[WorkloadId, tuple[WorkloadState, str, str]] | None = None,
+    previous: Mapping[WorkloadId, Status] | None = None,
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
@@ -223,13 +320,24 @@ def persist_decisions(
     workloads whose state, reason or message changed; without it all are written.
     """
     at = codec.timestamp(now)
+    versions: dict[WorkloadId, int] = {}
     with atomic(conn):
-        admitted = _admit(conn, decisions.admitted, at)
-        written = _write_statuses(conn, decisions, at, previous)
-    return Persisted(admitted=admitted, statuses_written=written)
+        admitted = _admit(conn, decisions.admitted, at, versions)
+        statuses = _write_statuses(conn, decisions, at, previous, versions)
+    return Persisted(
+        admitted=admitted,
+        statuses_written=len(statuses),
+        versions=versions,
+        statuses=statuses,
+    )
 
 
-def _admit(conn: Connection, admissions: tuple[AdmittedWorkload, ...], at: object) -> int:
+def _admit(
+    conn: Connection,
+    admissions: tuple[AdmittedWorkload, ...],
+    at: object,
+    versions: dict[WorkloadId, int],
+) -> int:
     if not admissions:
         return 0
     adm: list[Admission] = [a.admission for a in admissions]
@@ -245,23 +353,25 @@ def _admit(conn: Connection, admissions: tuple[AdmittedWorkload, ...], at: objec
             "borrowing": [a.borrowing for a in adm],
         },
     ).all()
-    row_ids = {f"{r.namespace}/{r.name}": r.id for r in rows}
+    row_ids: dict[str, int] = {}
+    for r in rows:
+        wid = WorkloadId(f"{r.namespace}/{r.name}")
+        row_ids[wid] = r.id
+        versions[wid] = r.version
     missing = [w.id for w in ws if w.id not in row_ids]
     if missing or len(rows) != len(ws):
         raise StateConflict("admit", missing)
-    conn.execute(
-        insert(PlacementRow),
-        [
+    placed = [(row_ids[a.workload], p) for a in adm for p in a.placements]
+    if placed:
+        conn.execute(
+            _PLACE,
             {
-                "workload_id": row_ids[a.workload],
-                "pod_set": p.pod_set,
-                "node": p.node,
-                "count": p.count,
-            }
-            for a in adm
-            for p in a.placements
-        ],
-    )
+                "ids": [i for i, _ in placed],
+                "pod_sets": [p.pod_set for _, p in placed],
+                "nodes": [str(p.node) for _, p in placed],
+                "counts": [p.count for _, p in placed],
+            },
+        )
     return len(rows)
 
 
@@ -269,28 +379,36 @@ def _write_statuses(
     conn: Connection,
     decisions: Decisions,
     at: object,
-    previous: Mapping[WorkloadId, tuple[WorkloadState, str, str]] | None,
-) -> int:
-    changed: list[tuple[str, str, str, str, str]] = []
-    for wid, status in decisions.pending.items():
-        inadmissible = status.reason is PendingReason.INADMISSIBLE
-        state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
-        new = (state, status.reason.value, status.message)
-        if previous is not None and previous.get(wid) == new:
-            continue
-        ns, _, name = wid.partition("/")
-        changed.append((ns, name, state.value, status.reason.value, status.message))
+    previous: Mapping[WorkloadId, Status] | None,
+    versions: dict[WorkloadId, int],
+) -> dict[WorkloadId, Status]:
+    changed: dict[WorkloadId, Status] = {}
+    statuses = decisions.pending
+    # Only the verdict is needed (not positions or ETAs), and workloads of one
+    # shape share one verdict: put each verdict's words together once.
+    words: dict[int, tuple[WorkloadState, str, str]] = {}
+    for wid in statuses:
+        verdict = statuses.verdict(wid)
+        new = words.get(id(verdict))
+        if new is None:
+            inadmissible = verdict.reason is PendingReason.INADMISSIBLE
+            state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
+            new = words[id(verdict)] = (state, verdict.reason.value, verdict.message)
+        if previous is None or previous.get(wid) != new:
+            changed[wid] = new
     if changed:
-        cols = list(zip(*changed, strict=True))
-        conn.execute(
+        names = [wid.partition("/") for wid in changed]
+        rows = conn.execute(
             _REQUEUE_STATUS,
             {
                 "now": at,
-                "ns": list(cols[0]),
-                "names": list(cols[1]),
-                "states": list(cols[2]),
-                "reasons": list(cols[3]),
-                "messages": list(cols[4]),
+                "ns": [ns for ns, _, _ in names],
+                "names": [name for _, _, name in names],
+                "states": [s.value for s, _, _ in changed.values()],
+                "reasons": [r for _, r, _ in changed.values()],
+                "messages": [m for _, _, m in changed.values()],
             },
         )
-    return len(changed)
+        for r in rows:
+            versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
+    return changed
