@@ -3,7 +3,8 @@
 Why it exists: this is the service. Each cycle (only on the leader):
 
 1. finishes reported by the backend are marked finished in the store;
-2. one consistent snapshot is loaded (``store.repository.load_state``);
+2. one consistent snapshot is loaded: ``store.mirror`` keeps the leader's
+   copy of the live workloads and reads only the rows whose version moved;
 3. ``schedule(snapshot, now)`` decides, with the configured policy, whose
    ``preemptor_admission`` is ``after_victims_stop``: a preemptor is admitted
    in a later cycle, once its victims' pods are gone;
@@ -29,8 +30,8 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy import Engine
@@ -48,11 +49,12 @@ from queuemgr.service.eta import EtaTracker
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
-from queuemgr.store.notify import evicted_workloads, finish_workload, requeue_workload
-from queuemgr.store.repository import StoredState, load_state
-from queuemgr.store.transitions import evict
+from queuemgr.store.mirror import StateMirror
+from queuemgr.store.notify import evicted_workloads, finish_workload, notify, requeue_workload
+from queuemgr.store.repository import StoredState
+from queuemgr.store.transitions import evict, finish_many
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
-from queuemgr.store.workloads import StateConflict, persist_decisions
+from queuemgr.store.workloads import Persisted, StateConflict, persist_decisions
 
 log = logging.getLogger(__name__)
 SERVICE_POLICY = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
@@ -64,17 +66,21 @@ class CycleReport:
     evicted: tuple[WorkloadId, ...]
     finished: tuple[WorkloadId, ...]
     pending: int
-    duration_s: float
+    duration_s: float  # schedule() alone
+    # Wall seconds of each step: finish, load, schedule, commit, apply (with metrics).
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 def _held_by_queue(
     admitted: tuple[AdmittedWorkload, ...],
-) -> dict[LocalQueueKey, dict[ResourceName, int]]:
-    held: dict[LocalQueueKey, dict[ResourceName, int]] = {}
+    held: Mapping[LocalQueueKey, Mapping[ResourceName, int]] | None = None,
+) -> dict[LocalQueueKey, Mapping[ResourceName, int]]:
+    """What each LocalQueue holds: ``held`` plus what ``admitted`` holds."""
+    out = dict(held or {})
     for a in admitted:
         key = (a.workload.namespace, a.workload.queue)
-        held[key] = add(held.get(key, {}), admitted_requests(a))
-    return held
+        out[key] = add(out.get(key, {}), admitted_requests(a))
+    return out
 
 
 class SchedulerLoop:
@@ -105,6 +111,7 @@ class SchedulerLoop:
         self._adopted: LeaderToken | None = None
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
         self._eta = EtaTracker()  # the first ETA each pending workload was given
+        self._mirror = StateMirror()  # the live workloads, as of the last cycle
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -130,27 +137,35 @@ class SchedulerLoop:
         if token != self._adopted:
             self._adopt(token)
         now = self._clock.now()
+        t0 = time.perf_counter()
         finished = self._record_finished(now)
-        state = load_state(self._engine)
+        t1 = time.perf_counter()
+        state = self._mirror.refresh(self._engine)
         self._usage.advance(now)
-        self._usage.set_held(_held_by_queue(state.admitted))
+        held = self._mirror.held_by_queue()  # what _held_by_queue(state.admitted) gives
+        self._usage.set_held(held)
         snapshot = dataclasses.replace(
             state.snapshot(), policy=self._policy, queue_usage=self._usage.usage()
         )
         safety, self._safety_due = self._safety_due, False
         if safety:
             self._safety(token, state, now)
-        started = time.perf_counter()
+        t2 = time.perf_counter()
         decisions = schedule(snapshot, now)
-        duration = time.perf_counter() - started
-        self._commit(token, decisions, state, now)
+        t3 = time.perf_counter()
+        duration = t3 - t2
+        persisted = self._commit(token, decisions, state, now)
+        self._mirror.committed(decisions, persisted, now=now)
+        t4 = time.perf_counter()
         # Charged from now on: the next cycle's advance bills this holding.
-        self._usage.set_held(_held_by_queue((*state.admitted, *decisions.admitted)))
+        self._usage.set_held(_held_by_queue(decisions.admitted, held))
+        victims = [e.victim.workload.id for e in decisions.evicted]
+        self._apply(token, list(decisions.admitted), victims)
+        # After the starts: gauges cost O(pending) and must not delay a gang.
         self._metrics.observe_cycle(snapshot, decisions, duration, now)
         for predicted, actual in self._eta.observe(state.pending, decisions, now):
             self._metrics.observe_eta_error(predicted, actual)
-        victims = [e.victim.workload.id for e in decisions.evicted]
-        self._apply(token, list(decisions.admitted), victims)
+        t5 = time.perf_counter()
         if finished or victims:
             self._wake.set()  # freed capacity or requeued victims: schedule again now
         self.cycles += 1
@@ -160,28 +175,37 @@ class SchedulerLoop:
             finished=tuple(finished),
             pending=len(decisions.pending),
             duration_s=duration,
+            phases={
+                "finish": t1 - t0,
+                "load": t2 - t1,
+                "schedule": t3 - t2,
+                "commit": t4 - t3,
+                "apply": t5 - t4,
+            },
         )
 
-    def _commit(self, token: LeaderToken, d: Decisions, state: StoredState, now: float) -> None:
+    def _commit(
+        self, token: LeaderToken, d: Decisions, state: StoredState, now: float
+    ) -> Persisted:
         with self._engine.begin() as conn:
             fence(conn, token)
-            persist_decisions(conn, d, now=now, previous=state.statuses)
+            persisted = persist_decisions(conn, d, now=now, previous=state.statuses)
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
+        return persisted
 
     def _record_finished(self, now: float) -> list[WorkloadId]:
         self._unreported.extend(self._backend.poll_finished(now))
-        done: list[WorkloadId] = []
-        while self._unreported:
-            wid = self._unreported[0]
-            try:
-                with self._engine.begin() as conn:
-                    finish_workload(conn, wid, now=now)
-                self._metrics.observe_finished("Succeeded")
-                done.append(wid)
-            except StateConflict:
-                log.info("finished workload %s was no longer running in the store", wid)
-            self._unreported.pop(0)
+        if not self._unreported:
+            return []
+        with self._engine.begin() as conn:  # all of them, or (on an error) none, kept for later
+            done = finish_many(conn, self._unreported, now=now)
+            notify(conn, "finished")
+        for wid in set(self._unreported).difference(done):
+            log.info("finished workload %s was no longer running in the store", wid)
+        for _ in done:
+            self._metrics.observe_finished("Succeeded")
+        self._unreported.clear()
         return done
 
     def _safety(self, token: LeaderToken, state: StoredState, now: float) -> None:
@@ -245,7 +269,8 @@ class SchedulerLoop:
         """New leadership: run what the store says is admitted, finish what it evicted."""
         self._seed_usage()
         self._last_sample = None
-        state = load_state(self._engine)
+        self._mirror.reset()  # whatever was known before may have changed meanwhile
+        state = self._mirror.refresh(self._engine)
         running = self._backend.running()
         for a in state.admitted:
             if a.workload.id not in running:
@@ -310,6 +335,7 @@ class SchedulerLoop:
                 self._wake.set()
             except Exception as exc:  # keep scheduling; /readyz shows the error meanwhile
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self._mirror.reset()  # start again from what the store holds
                 log.exception("cycle failed")
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

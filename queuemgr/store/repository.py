@@ -34,8 +34,12 @@ class StoredState:
     # Stored (state, reason, message) of the queued workloads: persist_decisions'
     # ``previous``, so a cycle writes only the statuses it changed.
     statuses: Mapping[WorkloadId, tuple[WorkloadState, str, str]] = field(default_factory=dict)
+    # The snapshot already built from these (``store.mirror`` keeps one up to date).
+    prebuilt: Snapshot | None = field(default=None, compare=False, repr=False)
 
     def snapshot(self) -> Snapshot:
+        if self.prebuilt is not None:
+            return self.prebuilt
         return build_snapshot(self.config, admitted=self.admitted, pending=self.pending)
 
 
