@@ -58,7 +58,9 @@ webhook:
     assert (config.service, config.namespace) == ("qm-webhook", "ops")
     assert config.mutating_configuration == "qm-mutating"
     assert config.validating_configuration == "qm-validating"
-    assert config.managed_namespaces == LabelSelector.parse("queuemgr.io/managed=true,team in (a,b)")
+    assert config.managed_namespaces == LabelSelector.parse(
+        "queuemgr.io/managed=true,team in (a,b)"
+    )
     assert config.gpu_resources == frozenset({"nvidia.com/gpu", "amd.com/gpu"})
 
 
