@@ -12,6 +12,7 @@ replicas' certificates verify against the patched bundle.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import ssl
 import urllib.error
@@ -24,6 +25,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.k8s.apiserver import trust_ca
+from queuemgr.k8s.certs import generate
 from queuemgr.k8s.selectors import LabelSelector
 from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
 from tests.controlplane.harness import ControlPlane, wait_for
@@ -210,3 +213,36 @@ def test_a_restarted_replica_adds_its_new_ca(
     assert created.spec.suspend is True
     body = json.dumps(created.to_dict(), default=str)
     assert "queuemgr.io/queue-name" in body
+
+
+def test_trust_ca_puts_ours_first_drops_expired_cas_and_keeps_eight(
+    k8s_client: client.ApiClient, namespace: str
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    names = (f"queuemgr-mutating-{suffix}", f"queuemgr-validating-{suffix}")
+    expired = generate(
+        dns_names=["old"], days=1, now=dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+    )
+    others = [generate(dns_names=[f"r{i}"]) for i in range(9)]
+    start = expired.ca_pem + b"".join(c.ca_pem for c in others)
+    mutating, validating = webhook_configurations(
+        mutate_client=url_client_config("https://127.0.0.1:9", "/mutate"),
+        validate_client=url_client_config("https://127.0.0.1:9", "/validate"),
+        ca_bundle=start,
+        namespace_selector=LabelSelector.parse(f"{NAME_LABEL}={namespace}"),
+        mutating_name=names[0],
+        validating_name=names[1],
+    )
+    api = client.AdmissionregistrationV1Api(k8s_client)
+    api.create_mutating_webhook_configuration(mutating)
+    api.create_validating_webhook_configuration(validating)
+    try:
+        ours = generate(dns_names=["new"])
+        assert trust_ca(k8s_client, ours.ca_pem, mutating=names[0], validating=names[1]) == 2
+        expected = ours.ca_pem + b"".join(c.ca_pem for c in others[:7])
+        assert _bundles(k8s_client, names) == [expected, expected]
+        # Already trusted: nothing written, whatever its position.
+        assert trust_ca(k8s_client, others[0].ca_pem, mutating=names[0], validating=names[1]) == 0
+    finally:
+        api.delete_mutating_webhook_configuration(names[0])
+        api.delete_validating_webhook_configuration(names[1])
