@@ -11,6 +11,7 @@ COPY migrations ./migrations
 RUN pip install . && useradd --system --uid 10001 --home-dir /app queuemgr
 
 USER 10001
-EXPOSE 8080
+# 8080: /metrics, /healthz, /readyz; 9443: the admission webhook (HTTPS) when enabled.
+EXPOSE 8080 9443
 ENTRYPOINT ["queuemgr"]
 CMD ["serve"]
