@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from queuemgr.service.config import ENV, load_config
+from queuemgr.service.webhook_config import WEBHOOK_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
@@ -111,3 +114,13 @@ def test_dockerfile_is_pinned_and_copies_files_that_exist() -> None:
     for sources in re.findall(r"^COPY\s+(.+)\s+\S+$", text, flags=re.M):
         for src in sources.split():
             assert (ROOT / src).exists(), src
+
+
+def test_the_compose_environment_is_a_valid_service_configuration() -> None:
+    # Every QUEUEMGR_* variable must be one `queuemgr serve` reads, with the intended value.
+    env = {k: str(v) for k, v in SERVICES["queuemgr"]["environment"].items()}
+    known = set(ENV.values()) | set(WEBHOOK_ENV.values())
+    assert {k for k in env if k.startswith("QUEUEMGR_")} <= known
+    cfg = load_config(None, env=env)
+    assert (cfg.backend, cfg.http_host, cfg.http_port) == ("simulated", "0.0.0.0", 8080)
+    assert cfg.cluster_file == Path("/etc/queuemgr/cluster.yaml")
