@@ -25,6 +25,7 @@ from queuemgr.core.model import Node
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.config import ServiceConfig
 from queuemgr.service.http import HttpServer
+from queuemgr.service.kube_controller import KubeController
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SchedulerLoop
@@ -84,6 +85,11 @@ class Service:
             AdmissionWebhook(config.webhook, self.engine) if config.webhook.enabled else None
         )
         nodes = _seed_cluster(self.engine, config)
+        # backend: kubernetes: watches, sync, readiness and status write-back over the API.
+        self.kube: KubeController | None = None
+        if backend is None and config.backend == "kubernetes":
+            self.kube = KubeController(config.kubernetes, self.engine, self.clock)
+            backend = self.kube.backend
         self.backend: ClusterBackend = backend or SimulatedBackend(
             nodes, self.clock, default_runtime=config.default_runtime
         )
@@ -99,7 +105,11 @@ class Service:
             metrics=self.metrics,
             policy=config.policy,
             safety_interval=config.cycle_interval,
+            on_cycle=None if self.kube is None else self.kube.status.observe,
         )
+        if self.kube is not None:
+            self.kube.attach(self.elector, self.metrics)
+            self.kube.backend.set_wake(self.loop.wake)
         self.listener = NotifyListener(self.engine, self.loop.wake)
         self.jobs = BackgroundScheduler(daemon=True)
         self.jobs.add_job(self.loop.request_safety_cycle, "interval", seconds=config.cycle_interval)
@@ -146,6 +156,8 @@ class Service:
         if self.webhook is not None:
             self.webhook.start()
         self.http.start()
+        if self.kube is not None:
+            self.kube.start()  # the watches list before the loop may act on the cluster
         self.loop.start()
         self.listener.start()
         self.elector.start()
@@ -162,6 +174,8 @@ class Service:
         self.elector.stop()
         self.listener.stop()
         self.loop.stop()
+        if self.kube is not None:
+            self.kube.stop()
         self.http.stop()
         if self.webhook is not None:
             self.webhook.stop()

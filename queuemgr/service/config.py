@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.service.kube_config import KubernetesSettings, parse_kubernetes
 from queuemgr.service.webhook_config import WebhookConfig, load_webhook_config
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import KNOBS, parse_policy
 from queuemgr.sim.yamlcheck import InputError
 
-BACKENDS = ("simulated",)  # "kubernetes" arrives with the Kubernetes issue
+BACKENDS = ("simulated", "kubernetes")
 
 # YAML key -> environment variable; the environment wins.
 ENV = {
@@ -38,6 +39,9 @@ ENV = {
     "http_address": "QUEUEMGR_HTTP_ADDRESS",
     "replica": "QUEUEMGR_REPLICA",
 }
+
+
+KUBECONFIG_ENV = "QUEUEMGR_KUBECONFIG"  # overrides kubernetes.kubeconfig
 
 
 class ConfigError(InputError):
@@ -58,6 +62,7 @@ class ServiceConfig:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     replica: str = field(default_factory=_default_replica)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     policy: SchedulerPolicy = field(
         default_factory=lambda: SchedulerPolicy(
             preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP
@@ -77,11 +82,12 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> Serv
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         try:
-            raw = y.mapping(loaded or {}, "", optional=(*ENV, "scheduler", "webhook"))
+            raw = y.mapping(loaded or {}, "", optional=(*ENV, "scheduler", "webhook", "kubernetes"))
         except InputError as exc:
             raise ConfigError(f"{path}: {exc}") from None
         base = path.parent
     webhook_raw = raw.pop("webhook", None)
+    kubernetes_raw = raw.pop("kubernetes", None)
     values: dict[str, tuple[object, str]] = {k: (v, k) for k, v in raw.items()}
     for key, var in ENV.items():
         if env.get(var):
@@ -91,7 +97,11 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> Serv
         webhook = load_webhook_config(webhook_raw, env, base)
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-    return dataclasses.replace(config, webhook=webhook)
+    try:  # its own keys and QUEUEMGR_KUBECONFIG (service/kube_config.py)
+        kubernetes = parse_kubernetes(kubernetes_raw, base, env.get(KUBECONFIG_ENV) or None)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+    return dataclasses.replace(config, webhook=webhook, kubernetes=kubernetes)
 
 
 def _build(values: Mapping[str, tuple[object, str]], base: Path) -> ServiceConfig:

@@ -94,6 +94,7 @@ class SchedulerLoop:
         metrics: SchedulerMetrics,
         policy: SchedulerPolicy = SERVICE_POLICY,
         safety_interval: float = 5.0,
+        on_cycle: Callable[[Decisions, float], None] | None = None,
     ) -> None:
         if policy.preemptor_admission is not PreemptorAdmission.AFTER_VICTIMS_STOP:
             raise ValueError("the service admits a preemptor only after its victims stopped")
@@ -104,6 +105,7 @@ class SchedulerLoop:
         self._metrics = metrics
         self._policy = policy
         self._safety_interval = safety_interval
+        self._on_cycle = on_cycle  # after each applied cycle (the Kubernetes status write-back)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._safety_due = True
@@ -161,6 +163,8 @@ class SchedulerLoop:
         self._usage.set_held(_held_by_queue(decisions.admitted, held))
         victims = [e.victim.workload.id for e in decisions.evicted]
         self._apply(token, list(decisions.admitted), victims)
+        if self._on_cycle is not None:
+            self._on_cycle(decisions, now)
         # After the starts: gauges cost O(pending) and must not delay a gang.
         self._metrics.observe_cycle(snapshot, decisions, duration, now)
         for predicted, actual in self._eta.observe(state.pending, decisions, now):

@@ -52,9 +52,21 @@ def requeue_workload(conn: Connection, wid: WorkloadId, *, now: float) -> None:
         notify(conn, "requeued")
 
 
+# Evicted for want of ready pods: the readiness check requeues them after a backoff.
+HELD_REASON = "PodsReadyTimeout"
+
+
 def evicted_workloads(conn: Connection) -> list[WorkloadId]:
-    """Evicted workloads not yet requeued: a new leader stops and requeues them."""
+    """Evicted workloads not yet requeued: a new leader stops and requeues them.
+
+    Those evicted with :data:`HELD_REASON` are left out: they wait out a backoff
+    first, and whoever evicted them requeues them.
+    """
     rows = conn.execute(
-        text("SELECT namespace, name FROM workloads WHERE state = 'Evicted' ORDER BY id")
+        text(
+            "SELECT namespace, name FROM workloads WHERE state = 'Evicted'"
+            " AND reason <> :held ORDER BY id"
+        ),
+        {"held": HELD_REASON},
     )
     return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]

@@ -105,7 +105,7 @@ def test_readyz_fails_when_the_loop_is_not_running(service: Service) -> None:
     ("text", "env", "named"),
     [
         ("cycle_interval: -1\n", {}, "cycle_interval"),
-        ("backend: kubernetes\n", {}, "backend"),
+        ("backend: slurm\n", {}, "backend"),
         ("bogus: 1\n", {}, "bogus"),
         ("scheduler: {preemptor_admission: same_cycle}\n", {}, "scheduler.preemptor_admission"),
         ("", {"QUEUEMGR_CYCLE_INTERVAL": "soon"}, "QUEUEMGR_CYCLE_INTERVAL"),

@@ -1,0 +1,222 @@
+"""What the controller knows of the cluster: labelled jobs, their pods, nodes, managed namespaces.
+
+Why it exists: the backend, the job sync and the readiness check all read
+the same cluster state; one set of reflectors (one watch per kind) keeps it,
+and listeners hear of every change. Reads are from memory, so a scheduling
+cycle never waits on the API server to learn what runs.
+
+What must stay true:
+
+- jobs are watched only with the ``queuemgr.io/queue-name`` label (a job
+  whose label is removed is reported deleted), pods only with the
+  ``queuemgr.io/workload`` label the controller puts on the pod templates it
+  starts, namespaces only with the managed-namespace selector (the empty
+  selector manages every namespace and watches none);
+- a workload is ``namespace/name`` of its job, whatever its kind;
+- listeners run on the reflector threads: they must return quickly (hand
+  the work to a queue), and they must not raise;
+- :meth:`ClusterWatch.synced` is false until every reflector has listed
+  once: before that, the cache's silence means nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from queuemgr.k8s.jobapi import KindApi
+from queuemgr.k8s.jobframework import JobBase
+from queuemgr.k8s.reflector import Change, Obj, Reflector, key_of
+
+WORKLOAD_LABEL = "queuemgr.io/workload"
+
+
+class Topic(enum.Enum):
+    JOB = "job"
+    POD = "pod"
+    NODE = "node"
+    NAMESPACE = "namespace"
+
+
+Listener = Callable[[Topic, Change, Obj], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """A labelled job as last seen, with the API of its kind."""
+
+    api: KindApi
+    obj: Obj
+
+    @property
+    def job(self) -> JobBase:
+        return self.api.kind(self.obj)
+
+    @property
+    def workload_id(self) -> str:
+        return key_of(self.obj)
+
+    @property
+    def version(self) -> str:
+        return str(self.obj["metadata"]["resourceVersion"])
+
+
+def pod_workload(pod: Obj) -> str | None:
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(WORKLOAD_LABEL)
+    return f"{meta.get('namespace')}/{name}" if name else None
+
+
+def pod_done(pod: Obj) -> bool:
+    """Gone for scheduling purposes: finished, or being deleted."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or bool(
+        (pod.get("metadata") or {}).get("deletionTimestamp")
+    )
+
+
+def pod_ready(pod: Obj) -> bool:
+    """Running with its Ready condition True, or already Succeeded (and not being deleted)."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") == "Succeeded":
+        return True
+    if status.get("phase") != "Running":
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+class ClusterWatch:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        kinds: Sequence[KindApi],
+        *,
+        managed_namespaces: str = "",
+        watch_timeout: int = 300,
+    ) -> None:
+        core = client.CoreV1Api(api_client)
+        self.kinds = list(kinds)
+        self._listeners: list[Listener] = []
+        self._lock = threading.Condition()
+        self._pods: dict[str, dict[str, Obj]] = {}  # workload -> pod key -> pod
+
+        def on(topic: Topic) -> Callable[[Change, Obj], None]:
+            return lambda change, obj: self._changed(topic, change, obj)
+
+        self._jobs = [
+            Reflector(api.kind.PLURAL, api.lister(), on(Topic.JOB), watch_timeout=watch_timeout)
+            for api in self.kinds
+        ]
+
+        def pods(**kwargs: Any) -> Any:
+            return core.list_pod_for_all_namespaces(label_selector=WORKLOAD_LABEL, **kwargs)
+
+        def namespaces(**kwargs: Any) -> Any:
+            return core.list_namespace(label_selector=managed_namespaces, **kwargs)
+
+        self._pod_reflector = Reflector("pods", pods, on(Topic.POD), watch_timeout=watch_timeout)
+        self._nodes = Reflector(
+            "nodes", core.list_node, on(Topic.NODE), watch_timeout=watch_timeout
+        )
+        self._namespaces = (
+            Reflector("namespaces", namespaces, on(Topic.NAMESPACE), watch_timeout=watch_timeout)
+            if managed_namespaces.strip()
+            else None
+        )
+
+    @property
+    def reflectors(self) -> list[Reflector]:
+        extra = [] if self._namespaces is None else [self._namespaces]
+        return [*self._jobs, self._pod_reflector, self._nodes, *extra]
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self, topic: Topic, change: Change, obj: Obj) -> None:
+        if topic is Topic.POD:
+            wid = pod_workload(obj)
+            if wid is not None:
+                with self._lock:
+                    pods = self._pods.setdefault(wid, {})
+                    if change is Change.DELETED:
+                        pods.pop(key_of(obj), None)
+                        if not pods:
+                            del self._pods[wid]
+                    else:
+                        pods[key_of(obj)] = obj
+                    self._lock.notify_all()
+        for listener in self._listeners:
+            listener(topic, change, obj)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        for r in self.reflectors:
+            r.start()
+
+    def stop(self) -> None:
+        for r in self.reflectors:
+            r.stop()
+
+    @property
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(r.wait_synced(max(0.0, deadline - time.monotonic())) for r in self.reflectors)
+
+    # -- reads -----------------------------------------------------------------------
+    def job(self, workload_id: str) -> JobRef | None:
+        for api, reflector in zip(self.kinds, self._jobs, strict=True):
+            obj = reflector.get(workload_id)
+            if obj is not None:
+                return JobRef(api, obj)
+        return None
+
+    def jobs(self) -> list[JobRef]:
+        return [
+            JobRef(api, obj)
+            for api, reflector in zip(self.kinds, self._jobs, strict=True)
+            for obj in reflector.items()
+        ]
+
+    def remember(self, ref: JobRef, obj: Obj) -> None:
+        """A job as a write of ours returned it (newer than the watch has told yet)."""
+        self._jobs[self.kinds.index(ref.api)].remember(obj)
+
+    def pods(self, workload_id: str) -> list[Obj]:
+        with self._lock:
+            return list(self._pods.get(workload_id, {}).values())
+
+    def wait_pods(
+        self, workload_id: str, done: Callable[[list[Obj]], bool], timeout: float
+    ) -> bool:
+        """Wait until ``done(pods of the workload)`` holds; False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not done(list(self._pods.get(workload_id, {}).values())):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(min(left, 1.0))
+        return True
+
+    def nodes(self) -> list[Obj]:
+        return self._nodes.items()
+
+    def node(self, name: str) -> Obj | None:
+        return self._nodes.get(name)
+
+    def managed(self, namespace: str) -> bool:
+        return self._namespaces is None or self._namespaces.get(namespace) is not None

@@ -1,0 +1,206 @@
+"""The ``kubernetes`` cluster backend: admitted gangs run as the jobs they came from.
+
+Why it exists: the loop speaks the :class:`~queuemgr.service.ports.ClusterBackend`
+port; on a real cluster "start" is unsuspending the job with the admission's
+node selectors (flavor labels, topology domain), the placement annotation and
+the ``queuemgr.io/workload`` label on its pod templates, and "stop" is
+suspending it again, after which the job controller deletes its pods.
+Capacity is the Nodes' allocatable; what runs and what finished is read from
+the watched jobs (:class:`~queuemgr.k8s.cluster.ClusterWatch`), never polled.
+
+What must stay true:
+
+- every method raises :class:`~queuemgr.service.ports.BackendError` until the
+  watches have listed once (an empty cache is not an empty cluster), and on
+  any API error, so the loop retries;
+- ``start`` and ``stop`` are idempotent and guarded by the job's
+  ``resourceVersion`` (a patch built on a stale copy fails and is retried on
+  a fresh one); a job that no longer exists is a no-op (the job sync
+  finishes its workload);
+- ``stop`` returns once every pod of the gang is finished or being deleted,
+  so a preemptor is admitted only once its victims let go;
+- ``poll_finished`` reports each job that reached ``Complete`` once per
+  process; the loop ignores reports of workloads it no longer runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
+from queuemgr.k8s.cluster import WORKLOAD_LABEL, ClusterWatch, JobRef, Topic, pod_done
+from queuemgr.k8s.jobframework import JobBase
+from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.nodes import NodeError, node_from_k8s
+from queuemgr.k8s.patch import Patch, Token, guard, set_value
+from queuemgr.k8s.placement import Placement
+from queuemgr.k8s.reflector import Change, Obj
+from queuemgr.service.ports import BackendError
+
+log = logging.getLogger(__name__)
+
+FlavorLookup = Callable[[str], ResourceFlavor | None]
+
+
+def _labels_at(obj: Mapping[str, Any], tokens: tuple[Token, ...]) -> Mapping[str, Any]:
+    current: Any = obj
+    for token in (*tokens, "metadata", "labels"):
+        if isinstance(token, int):
+            ok = isinstance(current, list) and 0 <= token < len(current)
+            current = current[token] if ok else None
+        else:
+            current = current.get(token) if isinstance(current, Mapping) else None
+        if current is None:
+            return {}
+    return current if isinstance(current, Mapping) else {}
+
+
+def workload_label_patch(job: JobBase) -> Patch:
+    """Label every pod template with the workload, so its pods can be watched."""
+    patch = Patch()
+    for t in job.templates():
+        if _labels_at(job.obj, t.tokens).get(WORKLOAD_LABEL) != job.name:
+            patch += set_value(job.obj, (*t.tokens, "metadata", "labels", WORKLOAD_LABEL), job.name)
+    return patch
+
+
+def api_error(action: str, wid: str, error: ApiException) -> BackendError:
+    try:
+        why = json.loads(error.body or "{}").get("message") or error.reason
+    except (ValueError, AttributeError):
+        why = error.reason
+    return BackendError(f"{action} {wid}: API server said {error.status}: {why}")
+
+
+class KubernetesBackend:
+    def __init__(
+        self,
+        watch: ClusterWatch,
+        flavors: FlavorLookup,
+        *,
+        stop_timeout: float = 30.0,
+    ) -> None:
+        self.watch = watch
+        self._flavors = flavors
+        self._stop_timeout = stop_timeout
+        self._lock = threading.Lock()
+        self._completed: list[WorkloadId] = []
+        self._reported: set[WorkloadId] = set()
+        self._wake: Callable[[], None] = lambda: None
+        watch.add_listener(self._on_change)
+
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        """Called when a job completes: the loop's wake-up (``next_finish`` is always None)."""
+        self._wake = wake
+
+    def _on_change(self, topic: Topic, change: Change, obj: Obj) -> None:
+        if topic is not Topic.JOB:
+            return
+        wid = WorkloadId(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+        if change is Change.DELETED:
+            with self._lock:
+                self._reported.discard(wid)
+            return
+        ref = self.watch.job(wid)
+        try:
+            finished = ref.job.finished() if ref is not None else None
+        except ManifestError:
+            return
+        if finished is None or not finished.succeeded:
+            return
+        with self._lock:
+            if wid in self._reported:
+                return
+            self._reported.add(wid)
+            self._completed.append(wid)
+        self._wake()
+
+    def _ready(self) -> None:
+        if not self.watch.synced:
+            raise BackendError("the Kubernetes watches have not listed yet")
+
+    # -- the port ----------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        self._ready()
+        out = []
+        for obj in self.watch.nodes():
+            try:
+                out.append(node_from_k8s(obj))
+            except NodeError as error:
+                log.warning("skipping a node: %s", error)
+        return out
+
+    def start(self, admitted: AdmittedWorkload) -> None:
+        self._ready()
+        wid = admitted.workload.id
+        ref = self.watch.job(wid)
+        if ref is None:
+            log.info("start %s: no such job (deleted?); the job sync finishes it", wid)
+            return
+        job = ref.job
+        if job.finished() is not None:
+            return
+        flavor = self._flavors(admitted.admission.flavor)
+        if flavor is None:
+            raise BackendError(f"start {wid}: flavor {admitted.admission.flavor} not found")
+        labels = {
+            NodeName(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {})
+            for n in self.watch.nodes()
+        }
+        placement = Placement.of(admitted.admission, flavor, admitted.workload.pod_sets, labels)
+        patch = job.run_with(placement) + workload_label_patch(job)
+        self._patch(ref, patch, "start")
+
+    def stop(self, workload_id: WorkloadId) -> None:
+        self._ready()
+        ref = self.watch.job(workload_id)
+        if ref is None:
+            return
+        if not ref.job.is_suspended():
+            self._patch(ref, ref.job.suspend(), "stop")
+
+        def gone(pods: list[Obj]) -> bool:
+            return all(pod_done(p) for p in pods)
+
+        if not self.watch.wait_pods(workload_id, gone, self._stop_timeout):
+            left = sum(not pod_done(p) for p in self.watch.pods(workload_id))
+            raise BackendError(f"stop {workload_id}: {left} pods still running")
+
+    def _patch(self, ref: JobRef, patch: Patch, action: str) -> None:
+        if not patch:
+            return
+        meta = ref.obj["metadata"]
+        ops = (guard(("metadata", "resourceVersion"), ref.version) + patch).as_json()
+        try:
+            result = ref.api.patch(meta["namespace"], meta["name"], ops)
+        except ApiException as error:
+            if error.status == 404:
+                log.info("%s %s: the job is gone", action, ref.workload_id)
+                return
+            raise api_error(action, ref.workload_id, error) from error
+        self.watch.remember(ref, result)
+
+    def running(self) -> set[WorkloadId]:
+        self._ready()
+        out = set()
+        for ref in self.watch.jobs():
+            try:
+                if not ref.job.is_suspended() and ref.job.finished() is None:
+                    out.add(WorkloadId(ref.workload_id))
+            except ManifestError:
+                continue
+        return out
+
+    def poll_finished(self, now: float) -> list[WorkloadId]:
+        with self._lock:
+            done, self._completed = self._completed, []
+        return done
+
+    def next_finish(self) -> float | None:
+        return None

@@ -1,0 +1,121 @@
+"""The ``kubernetes:`` section of the service's configuration (``backend: kubernetes``).
+
+Why it exists: the controller needs to know how to reach the API server
+(a kubeconfig, or the pod's service account), which namespaces it manages,
+how fast it may talk (QPS and burst, chosen deliberately: the API server is
+shared) and how long a gang may take to get all its pods ready. This module
+parses and checks that section; :mod:`queuemgr.service.app` builds the
+controller from it. docs/operations.md lists the keys; change both together.
+
+What must stay true: it imports no Kubernetes client (a config with a bad
+key fails before anything connects); every error names its YAML path;
+``QUEUEMGR_KUBECONFIG`` overrides ``kubernetes.kubeconfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from queuemgr.k8s.selectors import LabelSelector
+from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.yamlcheck import InputError
+
+KEYS = (
+    "kubeconfig",
+    "context",
+    "managed_namespaces",
+    "qps",
+    "burst",
+    "status_qps",
+    "watch_timeout",
+    "stop_timeout",
+    "pods_ready",
+)
+PODS_READY_KEYS = ("enabled", "timeout", "backoff", "backoff_max", "requeue_limit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodsReadySettings:
+    timeout: float = 300.0  # seconds from admission until every pod must be ready
+    backoff: float = 60.0  # seconds before the first requeue; doubles each time
+    backoff_max: float = 3600.0
+    requeue_limit: int | None = None  # None: requeue for ever
+
+    def delay(self, count: int) -> float:
+        """Seconds the ``count``-th eviction waits before it queues again."""
+        return float(min(self.backoff * 2 ** max(count - 1, 0), self.backoff_max))
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesSettings:
+    kubeconfig: Path | None = None  # None: in-cluster (the pod's service account)
+    context: str | None = None
+    managed_namespaces: str = ""  # a label selector (kubectl -l form); "" manages all
+    qps: float = 20.0  # the client's sustained requests per second
+    burst: int = 40  # requests it may send at once
+    status_qps: float = 5.0  # status write-back's share of qps
+    watch_timeout: int = 300  # seconds a watch request lasts before it is renewed
+    stop_timeout: float = 30.0  # seconds a stop waits for the gang's pods to go
+    pods_ready: PodsReadySettings | None = field(default_factory=PodsReadySettings)
+
+
+class KubeConfigError(InputError):
+    """A ``kubernetes.*`` value is unusable; the message starts with its path."""
+
+
+def _positive(raw: object, path: str) -> float:
+    return y.number(raw, path, positive=True)
+
+
+def parse_kubernetes(
+    raw: object, base: Path, kubeconfig_env: str | None = None
+) -> KubernetesSettings:
+    """The ``kubernetes`` mapping; relative paths are taken from ``base``."""
+    section = y.mapping(raw or {}, "kubernetes", optional=KEYS)
+    out: dict[str, object] = {}
+    for key, value in section.items():
+        path = f"kubernetes.{key}"
+        if key == "kubeconfig":
+            p = Path(y.string(value, path)).expanduser()
+            out[key] = p if p.is_absolute() else base / p
+        elif key == "context":
+            out[key] = y.string(value, path)
+        elif key == "managed_namespaces":
+            text = "" if value is None else str(value)
+            try:
+                LabelSelector.parse(text)
+            except ValueError as error:
+                raise KubeConfigError(f"{path}: {error}") from None
+            out[key] = text
+        elif key in ("qps", "status_qps", "stop_timeout"):
+            out[key] = _positive(value, path)
+        elif key in ("burst", "watch_timeout"):
+            out[key] = y.integer(value, path, minimum=1)
+        elif key == "pods_ready":
+            out[key] = _pods_ready(value)
+    if kubeconfig_env:
+        out["kubeconfig"] = Path(kubeconfig_env).expanduser()
+    settings = KubernetesSettings(**out)  # type: ignore[arg-type]
+    if settings.status_qps > settings.qps:
+        raise KubeConfigError(
+            f"kubernetes.status_qps: at most qps ({settings.qps:g}), got {settings.status_qps:g}"
+        )
+    return settings
+
+
+def _pods_ready(raw: object) -> PodsReadySettings | None:
+    section = y.mapping(raw or {}, "kubernetes.pods_ready", optional=PODS_READY_KEYS)
+    if section.get("enabled") is not None and not y.boolean(
+        section["enabled"], "kubernetes.pods_ready.enabled"
+    ):
+        return None
+    out: dict[str, object] = {}
+    for key in ("timeout", "backoff", "backoff_max"):
+        if key in section:
+            out[key] = _positive(section[key], f"kubernetes.pods_ready.{key}")
+    if section.get("requeue_limit") is not None:
+        out["requeue_limit"] = y.integer(
+            section["requeue_limit"], "kubernetes.pods_ready.requeue_limit", minimum=0
+        )
+    return PodsReadySettings(**out)  # type: ignore[arg-type]

@@ -1,0 +1,104 @@
+"""The Kubernetes controller's parts, built together for ``backend: kubernetes``.
+
+Why it exists: on a real cluster the service runs, besides the loop, one set
+of watches (jobs of every served kind, their pods, nodes, managed
+namespaces), the backend over them, the job-to-store sync, the pods-ready
+check and the status write-back. :mod:`queuemgr.service.app`, the composition
+root, decides to use Kubernetes and hands this module the settings; this
+module only builds those parts from them and starts and stops them in order.
+
+What must stay true: one rate-limited API client for everything (so the
+configured QPS is the controller's whole budget); the watches start before
+the loop and the loop's backend refuses to act until they have listed; the
+sync and the readiness check act only on the leader; stopping stops the
+writers before the watches they read.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Engine
+
+from queuemgr.core.model import ResourceFlavor
+from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
+from queuemgr.k8s.cluster import ClusterWatch
+from queuemgr.k8s.jobapi import served_kinds
+from queuemgr.service.kube_backend import KubernetesBackend
+from queuemgr.service.kube_config import KubernetesSettings
+from queuemgr.service.kube_readiness import PodsReadyCheck
+from queuemgr.service.kube_status import StatusWriter
+from queuemgr.service.kube_sync import JobSync
+from queuemgr.service.ports import Clock
+from queuemgr.store.jobsync import flavor
+
+if TYPE_CHECKING:
+    from queuemgr.metrics import SchedulerMetrics
+    from queuemgr.service.leader import LeaderElector
+
+log = logging.getLogger(__name__)
+
+
+class KubeController:
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        engine: Engine,
+        clock: Clock,
+        *,
+        client: RateLimitedApiClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.clock = clock
+        self.client = client or api_client(
+            settings.kubeconfig, qps=settings.qps, burst=settings.burst, context=settings.context
+        )
+        self.watch = ClusterWatch(
+            self.client,
+            served_kinds(self.client),
+            managed_namespaces=settings.managed_namespaces,
+            watch_timeout=settings.watch_timeout,
+        )
+        self.backend = KubernetesBackend(
+            self.watch, self._flavor, stop_timeout=settings.stop_timeout
+        )
+        self.status = StatusWriter(self.watch, qps=settings.status_qps)
+        self.sync: JobSync | None = None
+        self.readiness: PodsReadyCheck | None = None
+
+    def _flavor(self, name: str) -> ResourceFlavor | None:
+        with self.engine.connect() as conn:
+            return flavor(conn, name)
+
+    def attach(self, elector: LeaderElector, metrics: SchedulerMetrics) -> None:
+        """The parts that act only while leading."""
+        self.sync = JobSync(
+            self.engine, self.watch, is_leader=lambda: elector.is_leader, clock=self.clock
+        )
+        if self.settings.pods_ready is not None:
+            self.readiness = PodsReadyCheck(
+                engine=self.engine,
+                watch=self.watch,
+                backend=self.backend,
+                elector=elector,
+                clock=self.clock,
+                metrics=metrics,
+                settings=self.settings.pods_ready,
+            )
+
+    def start(self, synced_within: float = 30.0) -> None:
+        self.watch.start()
+        if not self.watch.wait_synced(synced_within):
+            log.warning("Kubernetes watches not listed after %.0fs; still trying", synced_within)
+        for part in (self.sync, self.readiness, self.status):
+            if part is not None:
+                part.start()
+
+    def stop(self) -> None:
+        for part in (self.status, self.readiness, self.sync):
+            if part is not None:
+                part.stop()
+        self.watch.stop()
+        self.client.close()  # type: ignore[no-untyped-call]

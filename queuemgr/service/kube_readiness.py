@@ -1,0 +1,217 @@
+"""All-or-nothing readiness (Kueue's ``waitForPodsReady``): a gang runs whole or gives way.
+
+Why it exists: an admitted gang holds its quota from admission on, but it is
+only useful once every pod runs. A gang whose pods cannot all become ready
+(an image that will not pull, a node that is not what it claims) would
+hold GPUs for nothing, and a half-started gang can deadlock another.
+So a gang not fully ready ``timeout`` seconds after its admission is
+evicted: its job is suspended, its quota freed, and after a backoff of
+``backoff * 2^(n-1)`` seconds (at most ``backoff_max``) it queues again. The
+``n``-th time past ``requeue_limit`` it is finished instead, with reason
+``RequeueLimitExceeded``, and its job stays suspended.
+
+What must stay true:
+
+- only the leader acts, every store write is fenced by its token;
+- "ready" is every placed pod Running with Ready True, or Succeeded; once a
+  gang was ready it is never evicted for readiness again (by this leader);
+- the requeue count lives on the job (annotation ``queuemgr.io/requeue-count``),
+  the backoff's start in the store (the eviction's ``state_since``), so a
+  new leader continues the count and the backoff where the old one stopped;
+  gangs it finds admitted are timed from its election at the earliest;
+- an evicted gang waits in ``Evicted`` with reason ``PodsReadyTimeout``,
+  which the loop leaves alone (``store.notify.HELD_REASON``); it is requeued
+  here, once its pods are gone and its backoff is over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import WorkloadId
+from queuemgr.k8s.cluster import ClusterWatch, pod_ready
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
+from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch
+from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.patch import guard
+from queuemgr.k8s.reflector import Obj
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.kube_backend import KubernetesBackend
+from queuemgr.service.kube_config import PodsReadySettings
+from queuemgr.service.leader import LeaderElector
+from queuemgr.service.ports import BackendError, Clock
+from queuemgr.store.jobsync import RowState, unfinished
+from queuemgr.store.leadership import LeaderToken, NotLeader, fence
+from queuemgr.store.notify import HELD_REASON, finish_workload, notify, requeue_workload
+from queuemgr.store.transitions import evict
+from queuemgr.store.workloads import StateConflict
+
+log = logging.getLogger(__name__)
+
+REQUEUE_COUNT = "queuemgr.io/requeue-count"
+LIMIT_REASON = "RequeueLimitExceeded"
+
+
+def requeue_count(obj: Obj) -> int:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEUE_COUNT, "0")
+    return int(raw) if str(raw).isdigit() else 0
+
+
+def expected_pods(obj: Obj, fallback: int) -> int:
+    """Pods the admission placed (from the placement annotation), else ``fallback``."""
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+    if not raw:
+        return fallback
+    try:
+        record: Any = json.loads(raw)
+        placed = [int(n) for ps in record["podSets"].values() for n in ps["nodes"].values()]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return fallback
+    return sum(placed) or fallback
+
+
+class PodsReadyCheck:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        watch: ClusterWatch,
+        backend: KubernetesBackend,
+        elector: LeaderElector,
+        clock: Clock,
+        metrics: SchedulerMetrics,
+        settings: PodsReadySettings,
+    ) -> None:
+        self._engine = engine
+        self._watch = watch
+        self._backend = backend
+        self._elector = elector
+        self._clock = clock
+        self._metrics = metrics
+        self.settings = settings
+        self._ready: set[tuple[str, float | None]] = set()  # (workload, admitted at)
+        self._epoch: LeaderToken | None = None
+        self._elected_at = 0.0
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.evictions = 0
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="queuemgr-podsready", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        interval = min(1.0, max(self.settings.timeout / 4, 0.1))
+        while not self._stopping.wait(interval):
+            try:
+                self.check_once()
+            except (SQLAlchemyError, NotLeader, StateConflict) as exc:
+                log.warning("pods-ready check: %s", exc)
+            except Exception:
+                log.exception("pods-ready check failed")
+
+    def check_once(self) -> None:
+        token = self._elector.token
+        if token is None or not self._watch.synced:
+            return
+        now = self._clock.now()
+        if token != self._epoch:
+            self._epoch, self._elected_at, self._ready = token, now, set()
+        with self._engine.connect() as conn:
+            rows = unfinished(conn, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
+        admitted = {
+            (w, r.admitted_at) for w, r in rows.items() if r.state is WorkloadState.ADMITTED
+        }
+        self._ready &= admitted
+        for wid, row in sorted(rows.items()):
+            if row.state is WorkloadState.ADMITTED and (wid, row.admitted_at) not in self._ready:
+                self._check_admitted(token, wid, row, now)
+            elif row.state is WorkloadState.EVICTED and row.reason == HELD_REASON:
+                self._check_held(token, wid, row, now)
+
+    def _check_admitted(self, token: LeaderToken, wid: str, row: RowState, now: float) -> None:
+        ref = self._watch.job(wid)
+        if ref is None:
+            return
+        try:
+            fallback = sum(ps.count for ps in ref.job.pod_sets())
+        except ManifestError:
+            return
+        expected = expected_pods(ref.obj, fallback)
+        ready = sum(pod_ready(p) for p in self._watch.pods(wid))
+        if ready >= expected:
+            self._ready.add((wid, row.admitted_at))
+            return
+        since = max(row.admitted_at or row.since, self._elected_at)
+        if now - since < self.settings.timeout:
+            return
+        count = requeue_count(ref.obj) + 1
+        what = f"{ready} of {expected} pods ready {self.settings.timeout:g}s after admission"
+        limit = self.settings.requeue_limit
+        with self._engine.begin() as conn:
+            fence(conn, token)
+            if limit is not None and count > limit:
+                reason, message = LIMIT_REASON, f"{what}; requeued {limit} times already"
+                finish_workload(conn, WorkloadId(wid), now=now, reason=reason, message=message)
+            else:
+                delay = self.settings.delay(count)
+                reason, message = HELD_REASON, f"{what}; requeue {count} in {delay:g}s"
+                evict(conn, WorkloadId(wid), now=now, reason=reason, message=message)
+                notify(conn, "evicted")
+        self.evictions += 1
+        if reason == LIMIT_REASON:
+            self._metrics.observe_finished(LIMIT_REASON)
+        log.warning("%s: %s (%s)", wid, message, reason)
+        self._mark(wid, QueueStatus(admitted=False, reason=reason, message=message), count)
+        try:
+            self._backend.stop(WorkloadId(wid))
+        except BackendError as exc:
+            log.info("%s: stopping after the timeout: %s (retried before requeue)", wid, exc)
+
+    def _mark(self, wid: str, status: QueueStatus, count: int) -> None:
+        """Suspend the job and record the count and the reason on it, in one guarded patch."""
+        for _ in range(3):
+            ref = self._watch.job(wid)
+            if ref is None:
+                return
+            meta = ref.obj["metadata"]
+            patch = guard(("metadata", "resourceVersion"), ref.version) + ref.job.suspend()
+            patch += annotation_patch(ref.obj, status, {REQUEUE_COUNT: str(count)})
+            try:
+                result = ref.api.patch(meta["namespace"], meta["name"], patch.as_json())
+                self._watch.remember(ref, result)
+                return
+            except ApiException as error:
+                log.info("%s: marking the eviction: %s %s", wid, error.status, error.reason)
+                self._stopping.wait(0.2)
+
+    def _check_held(self, token: LeaderToken, wid: str, row: RowState, now: float) -> None:
+        ref = self._watch.job(wid)
+        if ref is None:
+            return  # the job sync finishes it
+        due = row.since + self.settings.delay(max(requeue_count(ref.obj), 1))
+        if now < due:
+            return
+        try:
+            self._backend.stop(WorkloadId(wid))
+        except BackendError as exc:
+            log.info("%s: not requeued yet: %s", wid, exc)
+            return
+        with self._engine.begin() as conn:
+            fence(conn, token)
+            requeue_workload(conn, WorkloadId(wid), now=now)
+        log.info("%s: requeued after its backoff", wid)

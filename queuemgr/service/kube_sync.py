@@ -1,0 +1,289 @@
+"""Keeps the store in step with the cluster: a workload row per labelled job, a node row per Node.
+
+Why it exists: the store is the system of record, but jobs are created,
+finished and deleted in Kubernetes. This worker turns watch events into
+store writes, each with a NOTIFY that wakes the scheduler:
+
+- a labelled job in a managed namespace, not finished, without a row ->
+  ``submit_workload`` (the workload from ``JobBase.workload()``); a job
+  re-created under the name of a finished workload replaces that row;
+- a job that failed, or completed while not admitted -> finished with
+  ``Failed``/``Succeeded`` (an admitted one that completed is reported by
+  the backend's ``poll_finished``); a job deleted (or unlabelled) -> finished
+  with ``Deleted``, which frees its quota;
+- a job running without an admission in the store (created while no webhook
+  suspended it) -> suspended again, guarded by its ``resourceVersion``;
+- a Node added, changed (allocatable, labels, taints, cordoned) or deleted
+  -> ``upsert_node`` (audited; a deleted node stays, unschedulable), so
+  capacity follows the cluster.
+
+What must stay true: only the leader writes (a standby's watches stay warm;
+on election it resyncs everything); nothing is written before every watch has
+listed once; after a (re)sync, every unfinished workload whose job is gone is
+finished, so nothing waits for a job that no longer exists; events are
+coalesced per object and handled in batches, one store read per batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import Node, WorkloadId
+from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
+from queuemgr.k8s.jobframework import parse_timestamp
+from queuemgr.k8s.jobs import KINDS
+from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch
+from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.nodes import NodeError, node_from_k8s
+from queuemgr.k8s.patch import guard
+from queuemgr.k8s.reflector import Change, Obj, key_of
+from queuemgr.service.ports import Clock
+from queuemgr.store import config as store_config
+from queuemgr.store.jobsync import RowState, resubmit_workload, row_states, unfinished
+from queuemgr.store.notify import finish_workload, notify, submit_workload
+from queuemgr.store.workloads import StateConflict, WorkloadExists
+
+log = logging.getLogger(__name__)
+
+ACTOR = "k8s:queuemgr-controller"
+_MANAGED = {(f"{k.GROUP}/{k.VERSION}", k.KIND) for k in KINDS}
+
+
+def owned_by_managed_kind(obj: Obj) -> bool:
+    """A child of a job queuemgr manages (a JobSet's Jobs): its parent is the gang."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if (ref.get("apiVersion"), ref.get("kind")) in _MANAGED:
+            return True
+    return False
+
+
+class JobSync:
+    def __init__(
+        self,
+        engine: Engine,
+        watch: ClusterWatch,
+        *,
+        is_leader: Callable[[], bool],
+        clock: Clock,
+        batch: int = 500,
+    ) -> None:
+        self._engine = engine
+        self._watch = watch
+        self._is_leader = is_leader
+        self._clock = clock
+        self._batch = batch
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._stopping = threading.Event()
+        self._jobs: set[str] = set()
+        self._nodes: set[str] = set()
+        self._gone_nodes: dict[str, Obj] = {}
+        self._namespaces: set[str] = set()
+        self._upserted: dict[str, Node] = {}  # the last node written, to skip no-op upserts
+        self._resync = True
+        self._thread: threading.Thread | None = None
+        self.passes = 0  # batches handled (tests wait on it)
+        watch.add_listener(self._on_change)
+
+    # -- events (reflector threads) ------------------------------------------------------
+    def _on_change(self, topic: Topic, change: Change, obj: Obj) -> None:
+        key = key_of(obj)
+        with self._lock:
+            if topic is Topic.JOB:
+                self._jobs.add(key)
+            elif topic is Topic.NODE:
+                self._nodes.add(key)
+                if change is Change.DELETED:
+                    self._gone_nodes[key] = obj
+                else:
+                    self._gone_nodes.pop(key, None)
+            elif topic is Topic.NAMESPACE:
+                self._namespaces.add(key)
+            else:
+                return
+        self._event.set()
+
+    # -- the worker ------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="queuemgr-jobsync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._event.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            self._event.wait(1.0)
+            self._event.clear()
+            try:
+                self.sync_once()
+                backoff = 0.1
+            except (SQLAlchemyError, StateConflict) as exc:
+                log.warning("job sync: the store failed (%s); retrying in %.1fs", exc, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                self._resync = True
+                self._event.set()
+            except Exception:
+                log.exception("job sync failed; resyncing")
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                self._resync = True
+                self._event.set()
+
+    def sync_once(self) -> None:
+        """Handle what changed since the last pass (everything after an election)."""
+        if not self._is_leader():
+            self._resync = True
+            return
+        if not self._watch.synced:
+            self._stopping.wait(0.1)
+            self._event.set()
+            return
+        resync, self._resync = self._resync, False
+        with self._lock:
+            if resync:
+                self._jobs = {r.workload_id for r in self._watch.jobs()}
+                self._nodes = {key_of(n) for n in self._watch.nodes()} | set(self._gone_nodes)
+                self._namespaces.clear()
+            jobs, self._jobs = self._jobs, set()
+            nodes, self._nodes = self._nodes, set()
+            namespaces, self._namespaces = self._namespaces, set()
+        if namespaces:
+            jobs |= {
+                r.workload_id
+                for r in self._watch.jobs()
+                if r.obj["metadata"]["namespace"] in namespaces
+            }
+        if nodes:
+            self._sync_nodes(sorted(nodes))
+        ordered = sorted(jobs)
+        for i in range(0, len(ordered), self._batch):
+            self._sync_jobs(ordered[i : i + self._batch])
+        if resync:
+            self._finish_vanished()
+        self.passes += 1
+
+    # -- nodes -----------------------------------------------------------------------------
+    def _sync_nodes(self, names: list[str]) -> None:
+        changed: list[Node] = []
+        for name in names:
+            obj = self._watch.node(name)
+            gone = obj is None
+            obj = obj or self._gone_nodes.get(name)
+            if obj is None:
+                continue
+            try:
+                node = node_from_k8s(obj)
+            except NodeError as error:
+                log.warning("node %s not taken: %s", name, error)
+                continue
+            if gone:
+                node = dataclasses.replace(node, schedulable=False)
+            if self._upserted.get(name) != node:
+                changed.append(node)
+        if not changed:
+            return
+        with self._engine.begin() as conn:
+            wrote = [store_config.upsert_node(conn, n, actor=ACTOR) for n in changed]
+            if any(wrote):
+                notify(conn, "config")
+        for n in changed:
+            self._upserted[n.name] = n
+
+    # -- jobs ------------------------------------------------------------------------------
+    def _sync_jobs(self, wids: list[str]) -> None:
+        refs = {wid: self._watch.job(wid) for wid in wids}
+        log.debug("syncing jobs %s", wids)
+        with self._engine.connect() as conn:
+            rows = row_states(conn, wids)
+        for wid in wids:
+            ref, row = refs[wid], rows.get(WorkloadId(wid))
+            if ref is None:
+                if row is not None and row.state is not WorkloadState.FINISHED:
+                    self._finish(wid, "Deleted", "the job was deleted or lost its queue label")
+                continue
+            try:
+                self._sync_job(ref, row)
+            except ManifestError as error:
+                self._invalid(ref, error)
+
+    def _sync_job(self, ref: JobRef, row: RowState | None) -> None:
+        meta = ref.obj["metadata"]
+        if not self._watch.managed(meta["namespace"]) or owned_by_managed_kind(ref.obj):
+            return
+        job, wid = ref.job, ref.workload_id
+        done = job.finished()
+        if done is not None:
+            if row is None or row.state is WorkloadState.FINISHED:
+                return
+            if done.succeeded and row.state is WorkloadState.ADMITTED:
+                return  # the backend reports it; the loop finishes it
+            reason = "Succeeded" if done.succeeded else "Failed"
+            self._finish(wid, reason, done.message or done.reason)
+            return
+        created = parse_timestamp(meta.get("creationTimestamp") or "", "metadata.creationTimestamp")
+        if row is None or (
+            row.state is WorkloadState.FINISHED and abs(row.created_at - created) >= 1
+        ):
+            self._submit(ref, replace=row is not None)
+            return
+        if not job.is_suspended() and row.state is not WorkloadState.ADMITTED:
+            log.info("%s runs without an admission (%s); suspending it", wid, row.state.value)
+            self._patch(ref, guard(("metadata", "resourceVersion"), ref.version) + job.suspend())
+
+    def _submit(self, ref: JobRef, *, replace: bool) -> None:
+        workload = ref.job.workload()
+        with self._engine.begin() as conn:
+            try:
+                if replace:
+                    resubmit_workload(conn, workload)
+                else:
+                    submit_workload(conn, workload)
+            except (WorkloadExists, LookupError):
+                log.info("%s: already submitted", workload.id)  # a race with another pass
+
+    def _finish(self, wid: str, reason: str, message: str) -> None:
+        try:
+            with self._engine.begin() as conn:
+                finish_workload(
+                    conn, WorkloadId(wid), now=self._clock.now(), reason=reason, message=message
+                )
+            log.info("%s finished: %s", wid, reason)
+        except StateConflict:
+            pass  # finished meanwhile
+
+    def _finish_vanished(self) -> None:
+        with self._engine.connect() as conn:
+            rows = unfinished(conn)
+        known = {r.workload_id for r in self._watch.jobs()}
+        for wid in sorted(set(rows) - known):
+            self._finish(wid, "Deleted", "no such job in the cluster")
+
+    def _invalid(self, ref: JobRef, error: ManifestError) -> None:
+        log.info("%s cannot be queued: %s", ref.workload_id, error)
+        status = QueueStatus(admitted=False, reason="Invalid", message=str(error))
+        self._patch(ref, annotation_patch(ref.obj, status))
+
+    def _patch(self, ref: JobRef, patch: Any) -> None:
+        if not patch:
+            return
+        meta = ref.obj["metadata"]
+        try:
+            ref.api.patch(meta["namespace"], meta["name"], patch.as_json())
+        except ApiException as error:  # a newer version is on its way: the next event retries
+            log.info("patching %s: %s %s", ref.workload_id, error.status, error.reason)

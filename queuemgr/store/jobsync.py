@@ -1,0 +1,119 @@
+"""What the Kubernetes controller reads and writes in the store besides a cycle's decisions.
+
+Why it exists: the controller keeps workload rows in step with jobs (it
+must know, for a batch of jobs at once, which have a row and in which
+state), resolves a flavor's node labels when it starts a gang, and holds
+gangs evicted for not getting their pods ready for a backoff before they
+queue again. These are narrow, indexed reads, and one write: a job
+re-created under the name of a finished workload.
+
+What must stay true: reads never lock; a finished workload's row is never
+overwritten by a new job of the same name: it is renamed
+``<name>~<id>`` (history keeps it) and the new one inserted, in one
+transaction that NOTIFYs the scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, select, text
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import FlavorName, ResourceFlavor, Workload, WorkloadId
+from queuemgr.store import codec
+from queuemgr.store.models import Flavor
+from queuemgr.store.notify import notify
+from queuemgr.store.workloads import atomic, insert_workload
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowState:
+    state: WorkloadState
+    reason: str
+    created_at: float
+    since: float  # when it entered ``state``
+    admitted_at: float | None
+
+
+_BY_NAME = text("""
+SELECT w.namespace, w.name, w.state::text AS state, w.reason, w.created_at, w.state_since,
+       w.admitted_at
+FROM workloads w
+JOIN unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
+  ON w.namespace = d.ns AND w.name = d.name
+""")
+
+
+def _state(r: Any) -> RowState:
+    admitted = r.admitted_at
+    return RowState(
+        state=WorkloadState(r.state),
+        reason=r.reason,
+        created_at=codec.seconds(r.created_at),
+        since=codec.seconds(r.state_since),
+        admitted_at=None if admitted is None else codec.seconds(admitted),
+    )
+
+
+def row_states(conn: Connection, wids: Sequence[str]) -> dict[WorkloadId, RowState]:
+    """The rows of these workloads (``namespace/name``), by id; absent ones are left out."""
+    if not wids:
+        return {}
+    parts = [w.partition("/") for w in wids]
+    rows = conn.execute(_BY_NAME, {"ns": [p[0] for p in parts], "names": [p[2] for p in parts]})
+    return {WorkloadId(f"{r.namespace}/{r.name}"): _state(r) for r in rows}
+
+
+def unfinished(
+    conn: Connection, states: Sequence[WorkloadState] | None = None
+) -> dict[WorkloadId, RowState]:
+    """Every workload not finished yet (or only those in ``states``), by id."""
+    wanted = [s.value for s in states] if states is not None else None
+    rows = conn.execute(
+        text(
+            "SELECT namespace, name, state::text AS state, reason, created_at, state_since,"
+            " admitted_at FROM workloads WHERE state <> 'Finished'"
+            + ("" if wanted is None else " AND state = ANY(CAST(:states AS workload_state[]))")
+        ),
+        {} if wanted is None else {"states": wanted},
+    )
+    return {WorkloadId(f"{r.namespace}/{r.name}"): _state(r) for r in rows}
+
+
+def flavor(conn: Connection, name: str) -> ResourceFlavor | None:
+    row = conn.execute(select(Flavor.__table__).where(Flavor.name == name)).mappings().first()
+    if row is None:
+        return None
+    return ResourceFlavor(
+        name=FlavorName(row["name"]),
+        node_labels=dict(row["node_labels"]),
+        taints=codec.taints_of(row["taints"]),
+    )
+
+
+def resubmit_workload(conn: Connection, w: Workload) -> int:
+    """Submit ``w`` whose name a *finished* workload holds: that one is renamed ``name~id``.
+
+    Raises ``LookupError`` when no finished workload holds the name (a live
+    workload is never replaced).
+    """
+    with atomic(conn):
+        old = conn.execute(
+            text(
+                "SELECT id FROM workloads WHERE namespace = :ns AND name = :name"
+                " AND state = 'Finished' FOR UPDATE"
+            ),
+            {"ns": w.namespace, "name": w.name},
+        ).first()
+        if old is None:
+            raise LookupError(f"{w.id}: no finished workload of that name to replace")
+        conn.execute(
+            text("UPDATE workloads SET name = name || '~' || id::text WHERE id = :id"),
+            {"id": old.id},
+        )
+        wid = insert_workload(conn, w)
+        notify(conn, "submitted")
+    return wid

@@ -1,0 +1,142 @@
+"""The controller against the real control plane: queue, admit, run, finish, preempt.
+
+Acceptance points 1-4 of the Kubernetes issue: two namespaces with a
+LocalQueue each, two ClusterQueues of 8 GPUs in one cohort, 16 fake GPUs on
+two nodes; Jobs created suspended are admitted in fair-share order,
+unsuspended with the flavor's node selector, their pods bound by the real
+scheduler; quota comes back when the Job completes; a gang that does not fit
+waits with its reason on the Job; a borrower is preempted (suspended) for a
+reclaiming queue and resumes later.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine
+
+from queuemgr.core.model import ReclaimWithinCohort
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
+from queuemgr.k8s.jobstatus import POSITION_ANNOTATION, REASON_ANNOTATION
+from tests.controlplane.harness import ControlPlane, wait_for
+from tests.integration.k8s.kube_env import POOL, FakeKubelet, KubeEnv, job_manifest, kube_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def env(control_plane: ControlPlane, engine: Engine, database_url: str) -> Iterator[KubeEnv]:
+    with kube_env(control_plane, engine, database_url) as e:
+        e.setup()
+        yield e
+
+
+def test_jobs_admitted_in_fair_share_order_run_on_the_flavor_and_free_quota(env: KubeEnv) -> None:
+    a, b = env.namespaces
+    with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
+        env.start()
+        # team-a's 16-GPU gang borrows team-b's idle quota: the whole cluster.
+        env.batch.create_namespaced_job(a, job_manifest("big", pods=2))
+        env.wait_running(a, "big", 2)
+        job = env.job(a, "big")
+        assert job.spec.template.spec.node_selector == {POOL: env.suffix}
+        placement = json.loads(job.metadata.annotations[PLACEMENT_ANNOTATION])
+        assert placement["flavor"] == "h100"
+        assert sum(placement["podSets"]["main"]["nodes"].values()) == 2
+        assert {p.spec.node_name for p in env.bound_pods(a, "big")} <= set(env.nodes)
+        # Meanwhile team-a queues two 8-GPU jobs, then team-b two.
+        for ns, name in ((a, "a1"), (a, "a2"), (b, "b1"), (b, "b2")):
+            env.batch.create_namespaced_job(ns, job_manifest(name))
+        for name in ("a1", "a2", "b1", "b2"):
+            env.wait_state(name, "Pending")
+        wait_for(
+            lambda: REASON_ANNOTATION in (env.job(b, "b2").metadata.annotations or {}),
+            what="b2's reason annotation",
+        )
+        assert env.admitted_gpus() == 16
+        # The big gang completes: its quota comes back, and each queue's head gets half.
+        kubelet.finish(a, "big", 2)
+        env.wait_state("big", "Finished")
+        assert env.states()["big"] == ("Finished", "Succeeded")
+        env.wait_running(a, "a1", 1)
+        env.wait_running(b, "b1", 1)
+        assert env.suspended(a, "a2") and env.suspended(b, "b2")
+        assert env.states()["a2"][0] == env.states()["b2"][0] == "Pending"
+        assert env.admitted_gpus() == 16
+        notes = env.job(a, "a2").metadata.annotations
+        assert notes[POSITION_ANNOTATION].startswith("1 in its LocalQueue")
+
+
+def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv) -> None:
+    a, b = env.namespaces
+    with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
+        env.start()
+        env.batch.create_namespaced_job(b, job_manifest("small"))
+        env.wait_running(b, "small", 1)
+        env.batch.create_namespaced_job(a, job_manifest("gang", pods=2))
+        env.wait_state("gang", "Pending")
+
+        def reason() -> str:
+            return str((env.job(a, "gang").metadata.annotations or {}).get(REASON_ANNOTATION, ""))
+
+        wait_for(reason, what="the gang's reason on the Job")
+        assert env.suspended(a, "gang")
+        assert not env.bound_pods(a, "gang")
+        described = env.plane.kubectl("describe", "job", "gang", "-n", a)
+        assert reason().split(":")[0] in described
+        assert "queuemgr.io/reason" in described
+        kubelet.finish(b, "small", 1)
+        env.wait_running(a, "gang", 2)
+        assert env.states()["gang"][0] == "Admitted"
+
+
+def test_preemption_suspends_the_borrower_which_resumes_later(
+    control_plane: ControlPlane, engine: Engine, database_url: str
+) -> None:
+    with kube_env(control_plane, engine, database_url) as env:
+        env.setup(reclaim=ReclaimWithinCohort.ANY)
+        _preemption(env)
+
+
+def _preemption(env: KubeEnv) -> None:
+    a, b = env.namespaces
+    with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
+        env.start()
+        env.batch.create_namespaced_job(b, job_manifest("b1"))
+        env.wait_running(b, "b1", 1)
+        env.batch.create_namespaced_job(b, job_manifest("b2"))  # borrows team-a's quota
+        env.wait_running(b, "b2", 1)
+        env.batch.create_namespaced_job(a, job_manifest("a1"))  # reclaims it
+        env.wait_running(a, "a1", 1)
+        victims = [n for n in ("b1", "b2") if env.suspended(b, n)]
+        assert len(victims) == 1, victims
+        victim = victims[0]
+        assert env.states()[victim][0] == "Pending"
+        assert not env.bound_pods(b, victim)
+        assert env.admitted_gpus() == 16
+        kubelet.finish(a, "a1", 1)
+        env.wait_running(b, victim, 1)
+        assert env.states()[victim][0] == "Admitted"
+
+
+def test_nodes_follow_the_cluster_and_a_deleted_job_frees_its_quota(env: KubeEnv) -> None:
+    a, _ = env.namespaces
+    with FakeKubelet(env.plane, list(env.namespaces)):
+        env.start()
+        env.batch.create_namespaced_job(a, job_manifest("one"))
+        env.wait_running(a, "one", 1)
+        # Cordon the node that is free: the 16-GPU gang no longer fits anywhere.
+        busy = env.bound_pods(a, "one")[0].spec.node_name
+        free = next(n for n in env.nodes if n != busy)
+        env.core.patch_node(free, {"spec": {"unschedulable": True}})
+        env.batch.delete_namespaced_job("one", a, propagation_policy="Background")
+        env.wait_state("one", "Finished")
+        assert env.states()["one"] == ("Finished", "Deleted")
+        env.batch.create_namespaced_job(a, job_manifest("gang", pods=2))
+        env.wait_state("gang", "Inadmissible")  # one schedulable 8-GPU node: never fits
+        wait_for(lambda: env.admitted_gpus() == 0, what="the deleted job's quota freed")
+        assert env.suspended(a, "gang")
+        env.core.patch_node(free, {"spec": {"unschedulable": False}})
+        env.wait_running(a, "gang", 2)
