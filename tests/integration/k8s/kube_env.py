@@ -36,9 +36,17 @@ from queuemgr.core.model import (
     ResourceFlavor,
 )
 from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.apiserver import ApiNamespaceLabels, patch_ca_bundle
+from queuemgr.k8s.certs import StaticCertificates, generate
 from queuemgr.k8s.jobs import QUEUE_LABEL
+from queuemgr.k8s.rules import WebhookSettings
+from queuemgr.k8s.selectors import LabelSelector
+from queuemgr.k8s.server import WebhookServer
+from queuemgr.k8s.webhook import AdmissionHandler
+from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
 from queuemgr.service.app import Service
 from queuemgr.service.config import ServiceConfig
+from queuemgr.service.k8s_directory import StoreQueueDirectory
 from queuemgr.service.kube_config import KubernetesSettings, PodsReadySettings
 from queuemgr.store import config as store_config
 from tests.controlplane.harness import ControlPlane, add_gpu_node, set_pod_phase, wait_for
@@ -285,4 +293,69 @@ def kube_env(plane: ControlPlane, engine: Engine, database_url: str) -> Iterator
             env.teardown()
 
 
-__all__ = ["GPU", "POOL", "FakeKubelet", "KubeEnv", "PodsReadySettings", "job_manifest", "kube_env"]
+__all__ = [
+    "GPU",
+    "POOL",
+    "FakeKubelet",
+    "KubeEnv",
+    "PodsReadySettings",
+    "job_manifest",
+    "kube_env",
+    "store_webhook",
+]
+
+
+@contextlib.contextmanager
+def store_webhook(env: KubeEnv) -> Iterator[WebhookServer]:
+    """queuemgr's admission webhook over the test's store, for the test's namespaces only.
+
+    It runs apart from the service (so the service can be stopped while it
+    answers); the configurations' failurePolicy is Fail, as in production.
+    """
+    selector = LabelSelector.parse(f"{MANAGED}={env.suffix}")
+    handler = AdmissionHandler(
+        StoreQueueDirectory(env.engine),
+        WebhookSettings(namespace_selector=selector),
+        ApiNamespaceLabels(env.api),
+    )
+    cert = generate(dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    names = (f"queuemgr-mutating-{env.suffix}", f"queuemgr-validating-{env.suffix}")
+    api = client.AdmissionregistrationV1Api(env.api)
+    server = WebhookServer(handler, StaticCertificates(cert), host="127.0.0.1", port=0)
+    server.__enter__()
+    try:
+        mutating, validating = webhook_configurations(
+            mutate_client=url_client_config(server.url, "/mutate"),
+            validate_client=url_client_config(server.url, "/validate"),
+            ca_bundle=None,
+            namespace_selector=selector,
+            mutating_name=names[0],
+            validating_name=names[1],
+        )
+        api.create_mutating_webhook_configuration(mutating)
+        api.create_validating_webhook_configuration(validating)
+        patch_ca_bundle(env.api, cert.ca_pem, mutating=names[0], validating=names[1])
+
+        def suspends() -> bool:
+            probe = job_manifest("probe", suspend=None)
+            made = env.batch.create_namespaced_job(env.namespaces[0], probe, dry_run="All")
+            return bool(made.spec.suspend)
+
+        wait_for(suspends, timeout=30, interval=0.5, what="the webhook to be called")
+        yield server
+    finally:
+        server.__exit__(None, None, None)
+        with contextlib.suppress(ApiException):
+            api.delete_mutating_webhook_configuration(names[0])
+        with contextlib.suppress(ApiException):
+            api.delete_validating_webhook_configuration(names[1])
+
+
+def webhook_unreachable(env: KubeEnv) -> None:
+    """Point the test's webhook configurations at a closed port: queuemgr is down."""
+    api = client.AdmissionregistrationV1Api(env.api)
+    nowhere = [
+        {"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": "https://127.0.0.1:9/x"}
+    ]
+    api.patch_mutating_webhook_configuration(f"queuemgr-mutating-{env.suffix}", nowhere)
+    api.patch_validating_webhook_configuration(f"queuemgr-validating-{env.suffix}", nowhere)
