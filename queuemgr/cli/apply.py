@@ -68,7 +68,7 @@ def documents(config: Config, stopped: frozenset[ClusterQueueName]) -> dict[Key,
     for f in config.flavors.values():
         out[("ResourceFlavor", f.name)] = codec.flavor_json(f)
     for c in config.cohorts.values():
-        out[("Cohort", c.name)] = {"name": c.name, "fair_sharing": c.fair_sharing}
+        out[("Cohort", c.name)] = codec.cohort_json(c)
     for cq in config.cluster_queues.values():
         out[("ClusterQueue", cq.name)] = codec.cluster_queue_json(cq, stopped=cq.name in stopped)
     for lq in config.local_queues.values():

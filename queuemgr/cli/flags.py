@@ -23,6 +23,7 @@ from queuemgr.core.model import (
     CohortName,
     FlavorName,
     FlavorQuota,
+    Ordering,
     PreemptionPolicy,
     QueueingStrategy,
     ReclaimWithinCohort,
@@ -41,6 +42,8 @@ def namespace(ns: str | None) -> str:
 def check_name(value: str, arg: str) -> str:
     return y.name(value, arg)
 
+
+INHERIT = "inherit"  # --ordering: no ordering of the queue's own
 
 CQ_OPTIONS = [
     click.option("--cohort", help="Cohort to join (created when missing).", default=None),
@@ -62,6 +65,12 @@ CQ_OPTIONS = [
         "--reclaim-within-cohort",
         default=None,
         type=click.Choice([p.value for p in ReclaimWithinCohort]),
+    ),
+    click.option(
+        "--ordering",
+        default=None,
+        type=click.Choice([*(o.value for o in Ordering), INHERIT]),
+        help="Order within the queue; inherit: the cohort's, else the scheduler's.",
     ),
     click.option(
         "--nominal",
@@ -104,6 +113,8 @@ def cluster_queue_from_flags(
                 f["reclaim_within_cohort"] or p.reclaim_within_cohort.value
             ),
         )
+    if f["ordering"] is not None:
+        changes["ordering"] = None if f["ordering"] == INHERIT else Ordering(f["ordering"])
     if f["nominals"]:
         changes["flavors"] = tuple(_nominal(n) for n in f["nominals"])
     new = dataclasses.replace(cq, **changes)

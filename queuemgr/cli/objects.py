@@ -23,12 +23,19 @@ from queuemgr.core.model import (
     Cohort,
     CohortName,
     FlavorName,
+    Ordering,
     ResourceFlavor,
 )
 from queuemgr.core.snapshot import Config
 from queuemgr.sim.objects import parse_taints
 from queuemgr.store import admin, codec
-from queuemgr.store.config import load_config, os_actor, upsert_cohort, upsert_flavor
+from queuemgr.store.config import (
+    ensure_cohort,
+    load_config,
+    os_actor,
+    upsert_cohort,
+    upsert_flavor,
+)
 from queuemgr.store.notify import notify
 
 
@@ -125,13 +132,22 @@ def cohort() -> None:
 
 @cohort.command("create")
 @click.argument("name")
+@click.option(
+    "--ordering",
+    default=None,
+    type=click.Choice([o.value for o in Ordering]),
+    help="Order among its borrowers and, by default, within its queues.",
+)
 @handled
-def cohort_create(name: str) -> None:
+def cohort_create(name: str, ordering: str | None) -> None:
     """Create Cohort NAME."""
     check_name(name, "NAME")
     with engine() as eng, eng.begin() as conn:
-        if not upsert_cohort(conn, Cohort(name=CohortName(name)), actor=os_actor()):
+        if not ensure_cohort(conn, name, actor=os_actor()):
             raise CliError(f"cohort {name!r} already exists")
+        if ordering is not None:
+            chosen = Cohort(name=CohortName(name), ordering=Ordering(ordering))
+            upsert_cohort(conn, chosen, actor=os_actor())
     click.echo(f"cohort {name} created")
 
 
@@ -165,6 +181,7 @@ def _cohort_docs(config: Config) -> list[dict[str, Any]]:
     return [
         {
             "name": c,
+            "ordering": None if (o := config.cohorts[c].ordering) is None else o.value,
             "cluster_queues": sorted(
                 q.name for q in config.cluster_queues.values() if q.cohort == c
             ),

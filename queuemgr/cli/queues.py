@@ -166,6 +166,7 @@ def _cq_describe(d: dict[str, Any]) -> None:
             ("Cohort", d["cohort"] or "-"),
             ("Weight", d["weight"]),
             ("Queueing strategy", d["queueing_strategy"]),
+            ("Ordering", d.get("ordering") or "inherited"),
             ("Namespaces", ", ".join(d["namespaces"]) if d["namespaces"] is not None else "any"),
             (
                 "Preemption",

@@ -31,6 +31,7 @@ import heapq
 import math
 from functools import partial
 
+from queuemgr.core.backfill import Backfill
 from queuemgr.core.model import (
     Admission,
     AdmittedWorkload,
@@ -58,7 +59,6 @@ from queuemgr.core.reasons import (
     blocked_by_head,
     describe_fit_failure,
 )
-from queuemgr.core.reservations import Guard, Planner, Reservation
 from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Config, Snapshot
 
@@ -123,13 +123,18 @@ class _Cycle:
             fair_cohorts=self._fair_cohorts,
         )
         self.evictions: list[Eviction] = []
-        self.planner = Planner(snapshot)
-        self.rank: Rank | None = None
-        if snapshot.policy.ordering is Ordering.USAGE:
-            self.rank = self._usage_rank
-        self.guards: list[Guard] = []
-        self.reservations: dict[WorkloadId, Reservation] = {}
-        self._etas: dict[tuple[ClusterQueueName, ShapeId], float | None] = {}
+        self.backfill = Backfill(snapshot, now)
+        # Ordering by usage: within these queues, and among these queues' borrowers.
+        self._usage_within: set[ClusterQueueName] = set()
+        self._usage_across: set[ClusterQueueName] = set()
+        default = snapshot.policy.ordering
+        if default is Ordering.USAGE or config.orderings:
+            for name in config.cluster_queues:
+                own, cohort = config.orderings.get(name, (None, None))
+                if (own or cohort or default) is Ordering.USAGE:
+                    self._usage_within.add(name)
+                if (cohort or default) is Ordering.USAGE:
+                    self._usage_across.add(name)
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
@@ -140,7 +145,7 @@ class _Cycle:
             checks[fq.flavor] = check
             if check.fits:
                 if check.borrowing:
-                    if self.rank is not None:
+                    if cq.name in self._usage_across:
                         share = self._usage_share(cq, w)
                     else:
                         infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
@@ -165,6 +170,9 @@ class _Cycle:
         if cq.weight == 0:
             return math.inf if used > 0 else 0.0
         return used / float(cq.weight)
+
+    def _rank(self, name: ClusterQueueName) -> Rank | None:
+        return self._usage_rank if name in self._usage_within else None
 
     def _usage_rank(self, w: Workload) -> tuple[object, ...]:
         # The LocalQueue's key comes first, so each run (one LocalQueue) stays in order.
@@ -204,9 +212,24 @@ class _Cycle:
             fail_key = (fq.flavor, w.shape)
             failed = self._node_fail.get(fail_key)
             if failed is None:
+                # Nothing admitted and no reservation made since the same shape and
+                # limit was held back: it would be placed and held back the same way.
+                held_key = (cq.name, fq.flavor, w.shape, w.max_runtime)
+                held = self.backfill.held_back(held_key, self.ledger.version)
+                if held is not None:
+                    return held
                 placements = self.pool.place(fq.flavor, w.pod_sets)
                 if placements is not None:
-                    return self._admit(cq, w, fq.flavor, placements, check.borrowing)
+                    admitted = self._admit(cq, w, fq.flavor, placements, check.borrowing)
+                    if admitted is not None:
+                        # Its best fit lands on reserved capacity: try around it.
+                        around = self.backfill.around(self.pool, fq.flavor, w)
+                        if around is not None and around != placements:
+                            again = self._admit(cq, w, fq.flavor, around, check.borrowing)
+                            if again is None:
+                                return None
+                        self.backfill.remember(held_key, self.ledger.version, admitted)
+                    return admitted
                 assert self.pool.last_failure is not None
                 failed = Verdict(
                     reason=PendingReason.NO_NODE_FITS,
@@ -284,15 +307,13 @@ class _Cycle:
         if self.snapshot.policy.preemptor_admission is PreemptorAdmission.SAME_CYCLE:
             # Priority and reclaim rules outrank backfill reservations.
             self._admit(cq, w, found.flavor, found.placements, found.borrowing, guarded=False)
-            for guard in self.guards:
-                guard.record(self.admitted[-1], self.now)
+            self.backfill.record(self.admitted[-1])
             return None
         # w starts once its victims have stopped. Until then the capacity it needs, the
         # victims' and whatever else was free, is held for it: a workload admitted into
         # it now would only be preempted in turn when w comes back (a ping-pong).
         held = self._hold(cq, w, found.flavor, found.placements, found.borrowing)
-        for guard in self.guards:
-            guard.record(held, self.now)
+        self.backfill.record(held)
         victims = ", ".join(e.victim.workload.id for e in found.evictions)
         return Verdict(
             reason=PendingReason.PREEMPTING,
@@ -354,15 +375,9 @@ class _Cycle:
         )
         admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
         if guarded:
-            for guard in self.guards:
-                if not guard.allows(admitted, self.now):
-                    return Verdict(
-                        reason=PendingReason.WAITING_FOR_RESERVATION,
-                        detail=f"would delay {guard.w.id}, {guard.reservation.describe()}",
-                        eta=guard.reservation.start,
-                    )
-            for guard in self.guards:
-                guard.record(admitted, self.now)
+            refused = self.backfill.check(admitted)
+            if refused is not None:
+                return refused
         self.ledger.add(cq.name, flavor, w.total_requests if request is None else request)
         self.pool.take(admission.placements, w.pod_sets)
         self.admitted.append(admitted)
@@ -397,7 +412,7 @@ class _Cycle:
             cq = config.cluster_queues.get(name)
             if cq is None:
                 continue
-            cur = Cursor(self.snapshot.pending[name], self.rank)
+            cur = Cursor(self.snapshot.pending[name], self._rank(name))
             cursors[name] = cur
             head = cur.head()
             if head is not None:
@@ -421,7 +436,7 @@ class _Cycle:
                 cur.advance()
             else:
                 if verdict.reason is not PendingReason.INADMISSIBLE:
-                    verdict = self._reserve(cq, w, verdict)
+                    verdict = self.backfill.reserve(cq, w, verdict, self.admitted, self.evictions)
                 self.verdicts[w.id] = verdict
                 strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
                 if strict and verdict.reason is not PendingReason.INADMISSIBLE:
@@ -434,50 +449,8 @@ class _Cycle:
             if head is not None:
                 heapq.heappush(heap, self.nominate(cq, head))
 
-    def _reserve(self, cq: ClusterQueue, w: Workload, verdict: Verdict) -> Verdict:
-        """Give the best-ranked blocked workloads a reservation, up to the policy's depth."""
-        if len(self.reservations) >= self.snapshot.policy.reservation_depth:
-            return verdict
-        evicted = {e.victim.workload.id: e.victim for e in self.evictions}
-        reservation = self.planner.reserve(
-            cq, w, admitted_now=self.admitted, evicted=evicted, now=self.now
-        )
-        self.reservations[w.id] = reservation
-        if reservation.start is not None:
-            self.guards.append(
-                Guard(
-                    self.planner,
-                    cq,
-                    w,
-                    reservation,
-                    admitted_now=self.admitted,
-                    evicted=evicted,
-                    now=self.now,
-                )
-            )
-        return Verdict(
-            reason=verdict.reason,
-            detail=f"{verdict.message}; {reservation.describe()}",
-            eta=reservation.start,
-        )
-
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
-        """When the running workloads' declared ends first leave room for ``w``'s shape.
-
-        Asked lazily, once per queue and shape, when someone reads a status.
-        """
-        key = (cq_name, w.shape)
-        if key not in self._etas:
-            evicted = {e.victim.workload.id: e.victim for e in self.evictions}
-            plan = self.planner.reserve(
-                self.snapshot.config.cluster_queues[cq_name],
-                w,
-                admitted_now=self.admitted,
-                evicted=evicted,
-                now=self.now,
-            )
-            self._etas[key] = plan.start
-        return self._etas[key]
+        return self.backfill.eta(w, cq_name, self.admitted, self.evictions)
 
     # -- phase 6: requeue -------------------------------------------------
     def decisions(self) -> Decisions:
@@ -485,7 +458,7 @@ class _Cycle:
         for w in self.snapshot.unroutable:
             self.verdicts[w.id] = unroutable_verdict(config, w)
         statuses = PendingStatuses(
-            rank=self.rank,
+            ranks={name: self._usage_rank for name in self._usage_within},
             queues=self.snapshot.pending,
             unroutable=self.snapshot.unroutable,
             verdicts=self.verdicts,
@@ -498,7 +471,7 @@ class _Cycle:
             admitted=tuple(self.admitted),
             pending=statuses,
             evicted=tuple(self.evictions),
-            reservations=tuple(self.reservations.values()),
+            reservations=tuple(self.backfill.reservations.values()),
         )
 
 

@@ -43,6 +43,13 @@ class ReclaimWithinCohort(enum.Enum):
     ANY = "Any"
 
 
+class Ordering(enum.Enum):
+    """How a queue orders its pending workloads (docs/scheduling.md, usage-aware fair share)."""
+
+    FIFO = "fifo"  # priority, then creation
+    USAGE = "usage"  # LocalQueues with less decayed usage first
+
+
 class TaintEffect(enum.Enum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
@@ -108,6 +115,9 @@ class Cohort:
     # Borrowing queues may preempt each other's borrowed workloads to even out
     # their dominant shares (docs/scheduling.md, fair-sharing preemption).
     fair_sharing: bool = False
+    # Order among the cohort's borrowers, and the default within its queues;
+    # None: the scheduler's global ``ordering``.
+    ordering: Ordering | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,6 +145,8 @@ class ClusterQueue:
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     namespaces: frozenset[str] | None = None  # None: any namespace
     preemption: PreemptionPolicy = PreemptionPolicy()
+    # Order within this queue; None: its cohort's ordering, else the global one.
+    ordering: Ordering | None = None
 
     def quota(self, flavor: FlavorName) -> FlavorQuota | None:
         for fq in self.flavors:

@@ -269,7 +269,7 @@ class NodePool:
                     continue
                 groups = self._index(cls)
                 for key in self._keys[cls.index]:
-                    per_node = _how_many_tuple(req, key)
+                    per_node = how_many_tuple(req, key)
                     if per_node <= 0:
                         continue
                     for node in groups[key]:
@@ -360,7 +360,7 @@ class NodePool:
             req = tuple(ps.requests.get(r, 0) for r in cls.resources)
             groups = self._index(cls)
             for key in self._keys[cls.index]:
-                per_node = _how_many_tuple(req, key)
+                per_node = how_many_tuple(req, key)
                 for node in groups[key]:
                     if ps.node_selector and not topo.node_matches(node, ps):
                         continue
@@ -517,14 +517,16 @@ def _dominant(ps: PodSet) -> ResourceName | None:
     return min((r for r, v in ps.requests.items() if v > 0), default=None)
 
 
-def _how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:
-    best = -1
+def how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:
+    """Pods of ``req`` that ``free`` holds: never negative (an overcommitted node holds
+    none), unbounded when nothing is requested."""
+    best: int | None = None
     for need, have in zip(req, free, strict=True):
         if need > 0:
             n = have // need
-            if best < 0 or n < best:
+            if best is None or n < best:
                 best = n
-    return best if best >= 0 else 1 << 30
+    return 1 << 30 if best is None else max(0, best)
 
 
 def _minus(a: Resources, b: Resources) -> dict[ResourceName, int]:

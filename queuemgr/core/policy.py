@@ -2,7 +2,9 @@
 
 Why it exists: a policy choice must reach the pure cycle through its input,
 never through a global, so that the same snapshot still gives the same
-decisions. Every knob has a default that matches Kueue's behaviour.
+decisions. Every knob has a default that matches Kueue's behaviour, except
+``reservation_depth`` (1: the best-ranked blocked gang is protected from
+starvation, as the policies issue asks; 0 restores Kueue's behaviour).
 
 What must stay true: knobs are plain values (frozen); a default policy
 changes nothing about the cycle's rules described in docs/scheduling.md.
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from queuemgr.core.fairshare import DEFAULT_WEIGHTS
+from queuemgr.core.model import Ordering as Ordering  # re-exported: the knob's values
 from queuemgr.core.resources import ResourceName
 
 
@@ -32,21 +35,17 @@ class OverrunPolicy(enum.Enum):
     EVICT = "evict"
 
 
-class Ordering(enum.Enum):
-    FIFO = "fifo"
-    USAGE = "usage"
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SchedulerPolicy:
     preemptor_admission: PreemptorAdmission = PreemptorAdmission.SAME_CYCLE
     # How many blocked workloads per cycle get a reservation (0: no backfill guard,
-    # Kueue's behaviour; 1: Slurm's EASY backfill; more: closer to conservative).
-    reservation_depth: int = 0
+    # Kueue's behaviour; 1, the default: Slurm's EASY backfill; more: closer to
+    # conservative backfill).
+    reservation_depth: int = 1
     overrun_policy: OverrunPolicy = OverrunPolicy.EXTEND
     # ``fifo``: priority, then creation. ``usage``: LocalQueues with less decayed
     # usage (per their ClusterQueue's weight) go first, within a queue and among
-    # a cohort's borrowers.
+    # a cohort's borrowers. A ClusterQueue's or cohort's own ``ordering`` wins.
     ordering: Ordering = Ordering.FIFO
     usage_half_life: float = 7 * 24 * 3600.0  # seconds
     usage_resource_weights: Mapping[ResourceName, float] = field(

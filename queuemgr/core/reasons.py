@@ -111,10 +111,12 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         blocked: Mapping[ClusterQueueName, Verdict],
         admitted: frozenset[WorkloadId],
         rank: Rank | None = None,
+        ranks: Mapping[ClusterQueueName, Rank] | None = None,
         eta_for: Callable[[Workload, ClusterQueueName], float | None] | None = None,
     ) -> None:
         self._eta_for = eta_for
         self._rank = rank
+        self._ranks = ranks or {}  # per ClusterQueue, where it differs from ``rank``
         self._queues = queues
         self._unroutable = unroutable
         self._verdicts = verdicts
@@ -138,6 +140,10 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         assert shared is not None, f"{w.id} was never judged"
         return shared
 
+    def eta_of(self, w: Workload, cq: ClusterQueueName) -> float | None:
+        """The ``eta`` of pending ``w`` routed to ``cq``, without counting positions."""
+        return self._eta(w, cq, self._resolve(w, cq))
+
     def verdict(self, wid: WorkloadId) -> Verdict:
         w, cq, _, _ = self._count()[wid]
         return self._resolve(w, cq)
@@ -148,7 +154,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             lq_pos: dict[tuple[str, str], int] = {}
             for name in sorted(self._queues):
                 cq_pos = 0
-                for w in self._queues[name].ranked(self._rank):
+                for w in self._queues[name].ranked(self._ranks.get(name, self._rank)):
                     if w.id in self._admitted:
                         continue
                     cq_pos += 1

@@ -23,10 +23,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from queuemgr.core.model import (
+    Admission,
     AdmittedWorkload,
     ClusterQueue,
+    ClusterQueueName,
     FlavorName,
     NodeName,
+    PodSet,
     PodSetPlacement,
     Workload,
     WorkloadId,
@@ -35,6 +38,7 @@ from queuemgr.core.placement import NodePool, NodeTopology
 from queuemgr.core.quota import QuotaLedger, QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources
 from queuemgr.core.snapshot import Snapshot, admitted_requests
+from queuemgr.core.timeline import PodCounter, Timeline
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,13 +79,14 @@ class _State:
     ) -> None:
         self.ledger = QuotaLedger(quota, snapshot.usage)
         touched: dict[NodeName, dict[ResourceName, int]] = {}
+        # Summed per queue and flavor first: the ledger's pool use depends only on the
+        # final usage, so one addition per queue and flavor ends where many would.
+        quota_delta: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]] = {}
         for a, sign in changes:
-            held = admitted_requests(a)
-            self.ledger.add(
-                a.admission.cluster_queue,
-                a.admission.flavor,
-                {r: sign * v for r, v in held.items()},
-            )
+            key = (a.admission.cluster_queue, a.admission.flavor)
+            delta = quota_delta.setdefault(key, {})
+            for r, v in admitted_requests(a).items():
+                delta[r] = delta.get(r, 0) + sign * v
             per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
             for p in a.admission.placements:
                 vec = touched.get(p.node)
@@ -89,6 +94,8 @@ class _State:
                     vec = touched[p.node] = dict(snapshot.node_free.get(p.node, {}))
                 for r, v in per_pod[p.pod_set].items():
                     vec[r] = vec.get(r, 0) - sign * v * p.count
+        for (cq, flavor), delta in quota_delta.items():
+            self.ledger.add(cq, flavor, delta)
         if touched:
             free: Mapping[NodeName, Resources] = {**snapshot.node_free, **touched}
             self.pool = NodePool(nodes, free, None)
@@ -113,28 +120,19 @@ class _State:
         return self.pool.place(flavor, w.pod_sets)
 
 
-def expected_end(a: AdmittedWorkload, now: float) -> float | None:
-    """When ``a`` is expected to end: admission + max_runtime, unknown without one.
-
-    A run already past its max_runtime (overrun policy ``extend``) has no known end
-    any more, so it counts as unknown rather than as ended.
-    """
-    limit = a.workload.max_runtime
-    if limit is None or a.admitted_at + limit < now:
-        return None
-    return a.admitted_at + limit
-
-
 class Planner:
-    """Computes reservations against a cycle's snapshot and what the cycle did so far."""
+    """Computes reservations against a cycle's snapshot and what the cycle did so far.
+
+    The running workloads sorted by expected end are worked out once per cycle (and
+    per set of evictions and admissions so far), not once per reservation or ETA.
+    """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
         self._quota = snapshot.config.quota_topology
         self._nodes = snapshot.config.node_topology
-
-    def running(self, evicted: Mapping[WorkloadId, AdmittedWorkload]) -> list[AdmittedWorkload]:
-        return [a for wid, a in self._snapshot.admitted.items() if wid not in evicted]
+        self._base: tuple[tuple[float, frozenset[WorkloadId]], Timeline] | None = None
+        self._merged: tuple[Sequence[AdmittedWorkload], int, Timeline] | None = None
 
     def state(
         self,
@@ -149,6 +147,24 @@ class Planner:
         ]
         return _State(self._quota, self._nodes, self._snapshot, changes)
 
+    def timeline(
+        self,
+        admitted_now: Sequence[AdmittedWorkload],
+        evicted: Mapping[WorkloadId, AdmittedWorkload],
+        now: float,
+    ) -> Timeline:
+        """The running workloads (admissions of this cycle included) by expected end."""
+        key = (now, frozenset(evicted))
+        if self._base is None or self._base[0] != key:
+            self._base = (key, Timeline.of(self._snapshot.admitted.values(), evicted, now))
+            self._merged = None
+        # A cycle only appends to its admissions, so their count tells what is new.
+        merged = self._merged
+        if merged is None or merged[0] is not admitted_now or merged[1] != len(admitted_now):
+            line = self._base[1].plus(admitted_now, now)
+            self._merged = merged = (admitted_now, len(admitted_now), line)
+        return merged[2]
+
     def reserve(
         self,
         cq: ClusterQueue,
@@ -158,54 +174,70 @@ class Planner:
         evicted: Mapping[WorkloadId, AdmittedWorkload],
         now: float,
     ) -> Reservation:
-        running = [*self.running(evicted), *admitted_now]
-        ends_at = {a.workload.id: expected_end(a, now) for a in running}
-        known = sorted(
-            (a for a in running if ends_at[a.workload.id] is not None),
-            key=lambda a: (ends_at[a.workload.id] or 0.0, a.workload.id),
-        )
-        ends = [ends_at[a.workload.id] or 0.0 for a in known]
+        line = self.timeline(admitted_now, evicted, now)
         best: Reservation | None = None
         for fq in cq.flavors:
-            found = self._earliest(cq, w, fq.flavor, known, ends, admitted_now, evicted, now)
+            found = self._earliest(cq, w, fq.flavor, line, admitted_now, evicted, now)
             if found is not None and (best is None or (best.start or 0.0) > found[0]):
                 best = Reservation(
                     workload=w.id, flavor=fq.flavor, start=found[0], placements=found[1]
                 )
         if best is not None:
             return best
-        unknown = tuple(sorted(wid for wid, end in ends_at.items() if end is None))
-        return Reservation(workload=w.id, flavor=None, start=None, unknown_because=unknown)
+        return Reservation(workload=w.id, flavor=None, start=None, unknown_because=line.unknown)
 
     def _earliest(
         self,
         cq: ClusterQueue,
         w: Workload,
         flavor: FlavorName,
-        known: Sequence[AdmittedWorkload],
-        ends: Sequence[float],
+        line: Timeline,
         admitted_now: Sequence[AdmittedWorkload],
         evicted: Mapping[WorkloadId, AdmittedWorkload],
         now: float,
     ) -> tuple[float, tuple[PodSetPlacement, ...]] | None:
-        """The first release time after which ``w`` fits on ``flavor``, and where."""
-        state = self.state(admitted_now, evicted.values(), ())
-        # Skip ahead to where the flavor's nodes, summed, could hold the gang at all:
-        # a cheap necessary condition, so that few real fit tests are needed.
-        nodes = [n for n, f in self._nodes.flavor_of.items() if f == flavor]
-        need = w.total_requests
-        free = {r: sum(state.pool.free(n).get(r, 0) for n in nodes) for r in need}
+        """The first release time after which ``w`` fits on ``flavor``, and where.
+
+        A one-pod-set gang fits exactly when its quota does and the eligible nodes
+        hold its pods in sum (the placer fills them greedily), so the release times
+        are walked with a running count of those pods and one quota ledger; the
+        placement itself is computed once, at the time found. Other gangs are tried
+        with a full placement at each release time.
+        """
+        known, ends = line.known, line.ends
+        counter = PodCounter.of(self._snapshot, flavor, w.pod_sets)
+        if counter is None:
+            state = self.state(admitted_now, evicted.values(), ())
+            return self._earliest_by_placing(cq, w, flavor, line, state, now)
+        ledger, need = QuotaLedger(self._quota, self._snapshot.usage), w.total_requests
+        for a, sign in (*((a, 1) for a in admitted_now), *((a, -1) for a in evicted.values())):
+            _hold(ledger, a, sign)
+            counter.change(a, sign)
         k = 0
-        while k < len(known) and any(free[r] < v for r, v in need.items()):
-            a = known[k]
-            if a.admission.flavor == flavor:
-                for r, v in admitted_requests(a).items():
-                    if r in free:
-                        free[r] += v
-            k += 1
-        if k:
-            k = bisect.bisect_right(ends, ends[k - 1])  # jobs ending together end together
-            state = self.state(admitted_now, evicted.values(), known[:k])
+        while True:
+            if counter.enough() and ledger.check(cq.name, flavor, need).fits:
+                placements = counter.placement()
+                assert placements is not None, "the pod count and the placement disagree"
+                return (max(now, ends[k - 1]) if k else now), placements
+            if k >= len(known):
+                return None
+            nxt = bisect.bisect_right(ends, ends[k])
+            for a in known[k:nxt]:
+                _hold(ledger, a, -1)
+                counter.change(a, -1)
+            k = nxt
+
+    def _earliest_by_placing(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        line: Timeline,
+        state: _State,
+        now: float,
+    ) -> tuple[float, tuple[PodSetPlacement, ...]] | None:
+        known, ends = line.known, line.ends
+        k = 0
         while True:
             placements = state.fits(cq, w, flavor)
             if placements is not None:
@@ -219,7 +251,13 @@ class Planner:
 
 
 class Guard:
-    """Keeps one known reservation safe while the cycle goes on admitting."""
+    """Keeps one known reservation safe while the cycle goes on admitting.
+
+    It keeps a witness: a placement of the reserved gang that is valid in the world
+    at the reservation's start. An admission on other nodes leaves the witness
+    valid, so for a one-pod-set gang (whose placer finds a placement whenever one
+    exists) only the quota needs checking; otherwise the gang is placed again.
+    """
 
     def __init__(
         self,
@@ -234,34 +272,92 @@ class Guard:
     ) -> None:
         assert reservation.start is not None and reservation.flavor is not None
         self.cq, self.w, self.reservation = cq, w, reservation
-        start = reservation.start
-        running = planner.running(evicted)
-        released = [
-            a
-            for a in [*running, *admitted_now]
-            # A run past its limit (overrun policy extend) is still there, as far as is known.
-            if (expected_end(a, now) or float("inf")) <= start
-        ]
+        self._flavor: FlavorName = reservation.flavor
+        # Released by the start: known ends up to it. A run past its limit (overrun
+        # policy extend) has an unknown end: it is still there, as far as is known.
+        line = planner.timeline(admitted_now, evicted, now)
+        released = line.known[: bisect.bisect_right(line.ends, reservation.start)]
         # The world at the reservation's start, as far as is known now.
         self._at_start = planner.state(admitted_now, evicted.values(), released)
+        self._witness: tuple[PodSetPlacement, ...] | None = None
+        if len(w.pod_sets) == 1 and self._holds(reservation.placements):
+            self._witness = reservation.placements
+        self._witness_nodes = frozenset(p.node for p in self._witness or ())
 
     def allows(self, x: AdmittedWorkload, now: float) -> bool:
         """Would admitting ``x`` now still let the reserved gang start on time?"""
-        if self._gone_by_start(x, now) or x.admission.flavor != self.reservation.flavor:
+        if self._gone_by_start(x, now) or x.admission.flavor != self._flavor:
             return True  # it ends first, or shares neither quota nor nodes with the gang
-        assert self.reservation.flavor is not None
-        self._at_start.apply(x, 1)
-        ok = self._at_start.fits(self.cq, self.w, self.reservation.flavor) is not None
-        self._at_start.apply(x, -1)
-        return ok
+        ledger = self._at_start.ledger
+        held = admitted_requests(x)
+        ledger.add(x.admission.cluster_queue, x.admission.flavor, held)
+        quota = ledger.check(self.cq.name, self._flavor, self.w.total_requests).fits
+        ledger.add(x.admission.cluster_queue, x.admission.flavor, {r: -v for r, v in held.items()})
+        if not quota:
+            return False
+        if self._witness is not None and self._witness_nodes.isdisjoint(x.admission.pods_per_node):
+            return True
+        pool = self._at_start.pool
+        pool.take(x.admission.placements, x.workload.pod_sets)
+        placed = pool.place(self._flavor, self.w.pod_sets)
+        pool.release(x.admission.placements, x.workload.pod_sets)
+        if placed is not None and len(self.w.pod_sets) == 1:
+            # Valid with x there, so valid without it: a witness that avoids x's nodes.
+            self._witness, self._witness_nodes = placed, frozenset(p.node for p in placed)
+        return placed is not None
 
     def record(self, x: AdmittedWorkload, now: float) -> None:
         """An admission went ahead: it holds its capacity at the start unless gone by then."""
-        if not self._gone_by_start(x, now) and x.admission.flavor == self.reservation.flavor:
-            self._at_start.apply(x, 1)
+        if self._gone_by_start(x, now) or x.admission.flavor != self._flavor:
+            return
+        self._at_start.apply(x, 1)
+        if self._witness is None or self._witness_nodes.isdisjoint(x.admission.pods_per_node):
+            return
+        if not self._holds(self._witness):
+            placed = self._at_start.pool.place(self._flavor, self.w.pod_sets)
+            self._witness = placed
+            self._witness_nodes = frozenset(p.node for p in placed or ())
+
+    def as_admitted(self) -> AdmittedWorkload:
+        """The reserved gang as if admitted at its start on its reserved nodes."""
+        assert self.reservation.start is not None
+        admission = Admission(
+            workload=self.w.id,
+            cluster_queue=self.cq.name,
+            flavor=self._flavor,
+            placements=self.reservation.placements,
+        )
+        return AdmittedWorkload(
+            workload=self.w, admission=admission, admitted_at=self.reservation.start
+        )
+
+    def reserved(self) -> tuple[tuple[PodSetPlacement, ...], tuple[PodSet, ...]]:
+        """Where the gang is expected to run at the start, and its pod sets."""
+        return (self._witness or self.reservation.placements), self.w.pod_sets
+
+    def _holds(self, placements: tuple[PodSetPlacement, ...]) -> bool:
+        """Whether the world at the start has room for the gang on these placements."""
+        per_pod = {ps.name: ps.requests for ps in self.w.pod_sets}
+        need: dict[NodeName, dict[ResourceName, int]] = {}
+        for p in placements:
+            vec = need.setdefault(p.node, {})
+            for r, v in per_pod[p.pod_set].items():
+                vec[r] = vec.get(r, 0) + v * p.count
+        pool = self._at_start.pool
+        return all(
+            pool.free(node).get(r, 0) >= v for node, vec in need.items() for r, v in vec.items()
+        )
 
     def _gone_by_start(self, x: AdmittedWorkload, now: float) -> bool:
         limit = x.workload.max_runtime
         start = self.reservation.start
         assert start is not None
         return limit is not None and now + limit <= start
+
+
+def _hold(ledger: QuotaLedger, a: AdmittedWorkload, sign: int) -> None:
+    """``a`` holds (sign 1) or gives back (sign -1) its quota in ``ledger``."""
+    held = admitted_requests(a)
+    ledger.add(
+        a.admission.cluster_queue, a.admission.flavor, {r: sign * v for r, v in held.items()}
+    )

@@ -162,14 +162,18 @@ def fits(request: Resources, free: Resources) -> bool:
 
 
 def how_many(per_item: Resources, free: Resources) -> int:
-    """How many items of ``per_item`` fit in ``free``; a zero request fits without bound."""
-    best = -1
+    """How many items of ``per_item`` fit in ``free``; a zero request fits without bound.
+
+    Never negative: a node whose free capacity is below zero (overcommitted, or in a
+    plan that holds a reserved gang) holds no item at all.
+    """
+    best: int | None = None
     for r, v in per_item.items():
         if v <= 0:
             continue
         n = free.get(r, 0) // v
-        if best < 0 or n < best:
-            best = n
-            if best == 0:
+        if best is None or n < best:
+            if n <= 0:
                 return 0
-    return best if best >= 0 else 1 << 30
+            best = n
+    return 1 << 30 if best is None else best

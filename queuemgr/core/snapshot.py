@@ -25,6 +25,7 @@ from queuemgr.core.model import (
     LocalQueue,
     Node,
     NodeName,
+    Ordering,
     ResourceFlavor,
     ShapeId,
     Workload,
@@ -88,6 +89,17 @@ class Config:
     @cached_property
     def node_topology(self) -> NodeTopology:
         return NodeTopology(self.flavors, self.nodes)
+
+    @cached_property
+    def orderings(self) -> dict[ClusterQueueName, tuple[Ordering | None, Ordering | None]]:
+        """(own, cohort's) ordering of each ClusterQueue that has either set."""
+        out: dict[ClusterQueueName, tuple[Ordering | None, Ordering | None]] = {}
+        for name, cq in self.cluster_queues.items():
+            cohort = self.cohorts.get(cq.cohort) if cq.cohort is not None else None
+            pair = (cq.ordering, cohort.ordering if cohort is not None else None)
+            if pair != (None, None):
+                out[name] = pair
+        return out
 
     @cached_property
     def never_fits(self) -> dict[tuple[ClusterQueueName, ShapeId], Verdict | None]:

@@ -105,7 +105,8 @@ class Engine:
         self.policy = policy
         # Decayed usage per LocalQueue, kept only when the ordering reads it.
         self.usage: UsageTracker | None = None
-        if policy.ordering is Ordering.USAGE:
+        orderings = {o for pair in config.orderings.values() for o in pair}
+        if policy.ordering is Ordering.USAGE or Ordering.USAGE in orderings:
             self.usage = UsageTracker(
                 half_life=policy.usage_half_life, weights=policy.usage_resource_weights
             )

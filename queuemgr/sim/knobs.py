@@ -56,7 +56,7 @@ def _choice(raw: object, path: str, choices: list[str]) -> str:
 
 def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     m = y.mapping(raw, path, optional=KNOBS)
-    depth = y.integer(m.get("reservation_depth", 0), at(path, "reservation_depth"), minimum=0)
+    depth = y.integer(m.get("reservation_depth", 1), at(path, "reservation_depth"), minimum=0)
     admission = _choice(
         m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value),
         at(path, "preemptor_admission"),

@@ -26,6 +26,7 @@ from queuemgr.core.model import (
     LocalQueue,
     Node,
     NodeName,
+    Ordering,
     QueueingStrategy,
     ResourceFlavor,
     Workload,
@@ -167,14 +168,25 @@ def _cohorts(raw: object) -> list[Cohort]:
     seen: dict[str, str] = {}
     for i, item in enumerate(y.sequence(raw, "cohorts")):
         p = at("cohorts", i)
-        m = y.mapping(item, p, required=("name",), optional=("fair_sharing",))
+        m = y.mapping(item, p, required=("name",), optional=("fair_sharing", "ordering"))
         cname = y.name(m["name"], at(p, "name"))
         y.unique(seen, cname, p, "cohort")
         fair = m.get("fair_sharing", False)
         if not isinstance(fair, bool):
             raise ScenarioError(f"{at(p, 'fair_sharing')}: expected true or false, got {fair!r}")
-        out.append(Cohort(name=CohortName(cname), fair_sharing=fair))
+        out.append(
+            Cohort(
+                name=CohortName(cname),
+                fair_sharing=fair,
+                ordering=_ordering(m.get("ordering"), at(p, "ordering")),
+            )
+        )
     return out
+
+
+def _ordering(raw: object, path: str) -> Ordering | None:
+    """A ClusterQueue's or cohort's ``ordering``; absent or null: the scheduler's."""
+    return None if raw is None else y.choice(Ordering, raw, path)
 
 
 def _cluster_queues(
@@ -183,7 +195,7 @@ def _cluster_queues(
     out: dict[ClusterQueueName, ClusterQueue] = {}
     seen: dict[str, str] = {}
     cohort_names = {c.name for c in cohorts}
-    optional = ("cohort", "weight", "queueing_strategy", "namespaces", "preemption")
+    optional = ("cohort", "weight", "queueing_strategy", "namespaces", "preemption", "ordering")
     for i, item in enumerate(y.sequence(raw, "cluster_queues")):
         p = at("cluster_queues", i)
         m = y.mapping(item, p, required=("name", "resources"), optional=optional)
@@ -211,6 +223,7 @@ def _cluster_queues(
             ),
             namespaces=namespaces,
             preemption=parse_preemption(m.get("preemption", {}), at(p, "preemption")),
+            ordering=_ordering(m.get("ordering"), at(p, "ordering")),
         )
     return out
 

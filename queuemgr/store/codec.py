@@ -19,9 +19,11 @@ from typing import Any
 
 from queuemgr.core.model import (
     ClusterQueue,
+    Cohort,
     FlavorQuota,
     LocalQueue,
     Node,
+    Ordering,
     PodSet,
     ResourceFlavor,
     Taint,
@@ -146,8 +148,21 @@ def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
         "within_cluster_queue": cq.preemption.within_cluster_queue.value,
         "reclaim_within_cohort": cq.preemption.reclaim_within_cohort.value,
         "stopped": stopped,
+        "ordering": None if cq.ordering is None else cq.ordering.value,
         "flavors": [quota_json(q) for q in cq.flavors],
     }
+
+
+def cohort_json(c: Cohort) -> Json:
+    return {
+        "name": c.name,
+        "fair_sharing": c.fair_sharing,
+        "ordering": None if c.ordering is None else c.ordering.value,
+    }
+
+
+def ordering_of(raw: str | None) -> Ordering | None:
+    return None if raw is None else Ordering(raw)
 
 
 def local_queue_json(lq: LocalQueue) -> Json:

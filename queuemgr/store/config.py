@@ -150,22 +150,36 @@ def _write(
 
 def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
     """Create or update a cohort; True (and an audit row) when something changed."""
-    after = {"name": c.name, "fair_sharing": c.fair_sharing}
+    after = codec.cohort_json(c)
     with atomic(conn):
-        row = conn.execute(
-            select(CohortRow.fair_sharing).where(CohortRow.name == c.name).with_for_update()
-        ).first()
-        if row is not None and row.fair_sharing == c.fair_sharing:
+        row = _one(
+            conn, select(CohortRow.__table__).where(CohortRow.name == c.name).with_for_update()
+        )
+        before = None if row is None else dict(row)
+        if before == after:
             return False
-        before = None if row is None else {"name": c.name, "fair_sharing": row.fair_sharing}
+        settings = {k: v for k, v in after.items() if k != "name"}
         conn.execute(
             pg_insert(CohortRow)
-            .values(name=c.name, fair_sharing=c.fair_sharing)
-            .on_conflict_do_update(
-                index_elements=[CohortRow.name], set_={"fair_sharing": c.fair_sharing}
-            )
+            .values(after)
+            .on_conflict_do_update(index_elements=[CohortRow.name], set_=settings)
         )
         return _audit(conn, actor=actor, kind="Cohort", name=c.name, before=before, after=after)
+
+
+def ensure_cohort(conn: Connection, name: str, *, actor: str) -> bool:
+    """Create a cohort with default settings when missing; an existing one keeps its own."""
+    with atomic(conn):
+        created = conn.execute(
+            pg_insert(CohortRow)
+            .values(name=name)
+            .on_conflict_do_nothing(index_elements=[CohortRow.name])
+            .returning(CohortRow.name)
+        ).first()
+        if created is None:
+            return False
+        after = codec.cohort_json(Cohort(name=CohortName(name)))
+        return _audit(conn, actor=actor, kind="Cohort", name=name, before=None, after=after)
 
 
 def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
@@ -191,7 +205,7 @@ def upsert_cluster_queue(
     """Create or replace a ClusterQueue and its quotas; creates its cohort when missing."""
     with atomic(conn):
         if cq.cohort is not None:
-            upsert_cohort(conn, Cohort(name=cq.cohort), actor=actor)
+            ensure_cohort(conn, cq.cohort, actor=actor)
         before = _cluster_queue_json(conn, cq.name)
         after = codec.cluster_queue_json(cq, stopped=stopped)
         if before != after:
@@ -282,6 +296,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
                     within_cluster_queue=WithinClusterQueue(r["within_cluster_queue"]),
                     reclaim_within_cohort=ReclaimWithinCohort(r["reclaim_within_cohort"]),
                 ),
+                ordering=codec.ordering_of(r["ordering"]),
             )
         )
         if r["stopped"]:
@@ -289,7 +304,11 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
     config = Config.of(
         flavors=[_flavor_of(f) for f in _rows(conn, select(Flavor.__table__))],
         cohorts=[
-            Cohort(name=CohortName(c["name"]), fair_sharing=c["fair_sharing"])
+            Cohort(
+                name=CohortName(c["name"]),
+                fair_sharing=c["fair_sharing"],
+                ordering=codec.ordering_of(c["ordering"]),
+            )
             for c in _rows(conn, select(CohortRow.__table__))
         ],
         cluster_queues=cqs,

@@ -102,6 +102,7 @@ class CohortRow(Base):
     __tablename__ = "cohorts"
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     fair_sharing: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the scheduler's ordering
 
 
 class ClusterQueueRow(Base):
@@ -116,6 +117,7 @@ class ClusterQueueRow(Base):
     within_cluster_queue: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
     reclaim_within_cohort: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
     stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 
 
 class ClusterQueueQuota(Base):

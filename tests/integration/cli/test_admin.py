@@ -150,6 +150,24 @@ def test_imperative_objects_round_trip(cli: Invoke, applied: Path) -> None:
     assert history.exit_code == 0 and "deleted" in history.output and "created" in history.output
 
 
+def test_orderings_from_the_command_line(cli: Invoke, applied: Path) -> None:
+    steps = [
+        ("cohort", "create", "prod", "--ordering", "usage"),
+        ("cq", "create", "team-c", "--cohort", "prod", "--nominal", "h100:nvidia.com/gpu=8"),
+        ("cq", "edit", "team-c", "--ordering", "fifo"),
+    ]
+    for args in steps:
+        r = cli(*args)
+        assert r.exit_code == 0, (args, r.output)
+    assert json.loads(cli("cohort", "describe", "prod", "-o", "json").stdout)["ordering"] == "usage"
+    assert json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)["ordering"] == "fifo"
+    assert "Ordering:          fifo" in cli("cq", "describe", "team-c").stdout
+    assert cli("cq", "edit", "team-c", "--ordering", "inherit").exit_code == 0
+    assert json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)["ordering"] is None
+    bad = cli("cq", "edit", "team-c", "--ordering", "random")
+    assert bad.exit_code == 2 and "--ordering" in bad.output
+
+
 def test_hostile_names_are_data_not_sql(cli: Invoke, applied: Path) -> None:
     hostile = "x'; DROP TABLE workloads; --\u00e9" + "z" * 10_000
     r = cli("cq", "describe", hostile)

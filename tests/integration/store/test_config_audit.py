@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from queuemgr.core.model import ClusterQueueName, QueueingStrategy
-from queuemgr.store.config import load_config, upsert_cluster_queue, upsert_node
+from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, Ordering, QueueingStrategy
+from queuemgr.store.config import load_config, upsert_cluster_queue, upsert_cohort, upsert_node
 from queuemgr.store.repository import load_state
 from queuemgr.store.workloads import insert_workload
 from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
@@ -41,6 +41,23 @@ def test_config_round_trips_to_identical_core_objects(engine: Engine) -> None:
     assert config.nodes == {n.name: n for n in NODES}
     assert set(config.cohorts) == {CQ.cohort}
     assert stopped == frozenset()
+
+
+def test_orderings_round_trip_and_a_new_member_keeps_its_cohorts_settings(
+    engine: Engine,
+) -> None:
+    seed_config(engine)
+    cohort = Cohort(name=CohortName("research"), fair_sharing=True, ordering=Ordering.USAGE)
+    other = dataclasses.replace(CQ, name=ClusterQueueName("team-b"), ordering=Ordering.FIFO)
+    with engine.begin() as conn:
+        assert upsert_cohort(conn, cohort, actor="test")
+        # Joining an existing cohort creates nothing and resets nothing.
+        assert upsert_cluster_queue(conn, other, actor="test")
+    with engine.connect() as conn:
+        config, _ = load_config(conn)
+    assert config.cohorts[CohortName("research")] == cohort
+    assert config.cluster_queues[other.name] == other
+    assert config.cluster_queues[CQ.name].ordering is None
 
 
 def test_every_change_is_audited_with_before_after_and_role(engine: Engine) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from queuemgr.core.model import ClusterQueueName, FlavorName
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger, QuotaTopology, QuotaVerdict
 from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU, ResourceName
@@ -162,6 +163,7 @@ def _world_with_usage(queues: list[ClusterQueueBuilder], used: dict[str, int]) -
 
 def test_schedule_reports_cohort_exhausted_with_numbers() -> None:
     world = _world_with_usage([q("a", 64), q("b", 64)], {"a": 56, "b": 64})
+    world.policy = SchedulerPolicy(reservation_depth=0)  # the quota's words alone
     res = world.submit(wl("big").ns("a").gang(4).gpus(8).at(1)).run()
     assert res.reason("a/big") is PendingReason.COHORT_EXHAUSTED
     assert res.message("a/big") == (

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from queuemgr.core.model import QueueingStrategy, ReclaimWithinCohort, TaintEffect
+from queuemgr.core.model import Ordering, QueueingStrategy, ReclaimWithinCohort, TaintEffect
 from queuemgr.sim.scenario import parse_scenario
 from queuemgr.sim.yamlcheck import ScenarioError
 
@@ -215,3 +215,22 @@ def test_workload_count_expands_names_and_submit_times() -> None:
     raw["workloads"][0].update(count=3, submit_every=2)
     names = [(sw.workload.name, sw.workload.created_at) for sw in parse_scenario(raw).workloads]
     assert names == [("job-0", 0.1), ("job-1", 2.1), ("job-2", 4.1)]
+
+
+def test_ordering_on_a_cluster_queue_and_a_cohort() -> None:
+    raw = copy.deepcopy(BASE)
+    raw["cohorts"][0]["ordering"] = "usage"
+    raw["cluster_queues"][0]["ordering"] = "fifo"
+    config = parse_scenario(raw).config
+    assert config.cohorts["research"].ordering is Ordering.USAGE  # type: ignore[index]
+    assert config.cluster_queues["team-a"].ordering is Ordering.FIFO  # type: ignore[index]
+    assert config.cluster_queues["team-b"].ordering is None  # type: ignore[index]
+
+
+@pytest.mark.parametrize("where", ["cohorts", "cluster_queues"])
+def test_a_bad_ordering_is_refused_naming_the_field(where: str) -> None:
+    raw = copy.deepcopy(BASE)
+    raw[where][0]["ordering"] = "random"
+    expected = rf"{where}\[0\]\.ordering: expected one of fifo, usage"
+    with pytest.raises(ScenarioError, match=expected):
+        parse_scenario(raw)

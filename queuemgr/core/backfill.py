@@ -1,0 +1,157 @@
+"""One cycle's backfill: who gets a reservation, what may start meanwhile, and ETAs.
+
+Why it exists: the cycle (core.cycle) decides admissions; this keeps the
+reservation side of those decisions in one place: the blocked workloads that get
+a reservation (up to ``reservation_depth``, in the cycle's order), the guards
+that refuse an admission that would delay one, a placement that goes around the
+reserved capacity when the best fit would not, and the ETA of every other
+pending workload.
+
+What must stay true: the plans (core.reservations) work on copies and never
+change the cycle's quota ledger; the node pool is only borrowed for the length
+of one placement and left as it was; the same snapshot gives the same
+reservations (every memo here is keyed on what its answer depends on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from queuemgr.core.model import (
+    AdmittedWorkload,
+    ClusterQueue,
+    ClusterQueueName,
+    FlavorName,
+    PodSetPlacement,
+    ShapeId,
+    Workload,
+    WorkloadId,
+)
+from queuemgr.core.placement import NodePool
+from queuemgr.core.reasons import Eviction, PendingReason, Verdict
+from queuemgr.core.reservations import Guard, Planner, Reservation
+from queuemgr.core.snapshot import Snapshot
+
+# (queue, flavor, shape, max_runtime): what decides whether a guard holds a job back.
+HeldKey = tuple[ClusterQueueName, FlavorName, ShapeId, float | None]
+
+
+class Backfill:
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.planner = Planner(snapshot)
+        self.guards: list[Guard] = []
+        self.reservations: dict[WorkloadId, Reservation] = {}
+        self._etas: dict[tuple[ClusterQueueName, ShapeId], float | None] = {}
+        self._held_back: dict[HeldKey, tuple[tuple[int, int], Verdict]] = {}
+
+    # -- guards -----------------------------------------------------------------
+    def held_back(self, key: HeldKey, version: int) -> Verdict | None:
+        """The verdict of the same shape and limit, if nothing changed since it was held back.
+
+        ``version`` is the cycle's ledger version: nothing was admitted in between, so
+        the job would be placed where that one was, and held back the same way.
+        """
+        held = self._held_back.get(key)
+        if held is not None and held[0] == (version, len(self.guards)):
+            return held[1]
+        return None
+
+    def remember(self, key: HeldKey, version: int, verdict: Verdict) -> None:
+        self._held_back[key] = ((version, len(self.guards)), verdict)
+
+    def check(self, admitted: AdmittedWorkload) -> Verdict | None:
+        """None if no reservation is delayed by ``admitted`` (then it is recorded)."""
+        for guard in self.guards:
+            if not guard.allows(admitted, self.now):
+                return Verdict(
+                    reason=PendingReason.WAITING_FOR_RESERVATION,
+                    detail=f"would delay {guard.w.id}, {guard.reservation.describe()}",
+                    eta=guard.reservation.start,
+                )
+        self.record(admitted)
+        return None
+
+    def record(self, admitted: AdmittedWorkload) -> None:
+        """An admission (or a hold) went ahead: every plan now counts it."""
+        for guard in self.guards:
+            guard.record(admitted, self.now)
+
+    def around(
+        self, pool: NodePool, flavor: FlavorName, w: Workload
+    ) -> tuple[PodSetPlacement, ...] | None:
+        """A placement of ``w`` that leaves the reserved gangs' node capacity alone.
+
+        The capacity each known reservation on ``flavor`` needs on its nodes is taken
+        for the length of one placement and given back, so ``pool`` ends as it began.
+        """
+        held = [g.reserved() for g in self.guards if g.reservation.flavor == flavor]
+        for placements, pod_sets in held:
+            pool.take(placements, pod_sets)
+        found = pool.place(flavor, w.pod_sets)
+        for placements, pod_sets in reversed(held):
+            pool.release(placements, pod_sets)
+        return found
+
+    # -- reservations and ETAs ----------------------------------------------------
+    def reserve(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        verdict: Verdict,
+        admitted: Sequence[AdmittedWorkload],
+        evictions: Sequence[Eviction],
+    ) -> Verdict:
+        """Give the best-ranked blocked workloads a reservation, up to the policy's depth."""
+        if len(self.reservations) >= self.snapshot.policy.reservation_depth:
+            return verdict
+        evicted = {e.victim.workload.id: e.victim for e in evictions}
+        # Later reservations plan around the earlier ones: each reserved gang counts as
+        # running on its reserved nodes until its start + max_runtime.
+        planned = [*admitted, *(g.as_admitted() for g in self.guards)]
+        reservation = self.planner.reserve(
+            cq, w, admitted_now=planned, evicted=evicted, now=self.now
+        )
+        self.reservations[w.id] = reservation
+        if reservation.start is not None:
+            self.guards.append(
+                Guard(
+                    self.planner,
+                    cq,
+                    w,
+                    reservation,
+                    admitted_now=planned,
+                    evicted=evicted,
+                    now=self.now,
+                )
+            )
+        return Verdict(
+            reason=verdict.reason,
+            detail=f"{verdict.message}; {reservation.describe()}",
+            eta=reservation.start,
+        )
+
+    def eta(
+        self,
+        w: Workload,
+        cq_name: ClusterQueueName,
+        admitted: Sequence[AdmittedWorkload],
+        evictions: Sequence[Eviction],
+    ) -> float | None:
+        """When the running workloads' declared ends first leave room for ``w``'s shape.
+
+        Asked lazily, once per queue and shape, when someone reads a status.
+        """
+        key = (cq_name, w.shape)
+        if key not in self._etas:
+            evicted = {e.victim.workload.id: e.victim for e in evictions}
+            plan = self.planner.reserve(
+                self.snapshot.config.cluster_queues[cq_name],
+                w,
+                admitted_now=admitted,
+                evicted=evicted,
+                now=self.now,
+            )
+            self._etas[key] = plan.start
+        return self._etas[key]
