@@ -5,7 +5,8 @@ finished and deleted in Kubernetes. This worker turns watch events into
 store writes, each with a NOTIFY that wakes the scheduler:
 
 - a labelled job in a managed namespace, not finished, without a row ->
-  ``submit_workload`` (the workload from ``JobBase.workload()``); a job
+  submitted (the workload from ``JobBase.workload()``; the new jobs of a
+  batch in one transaction with one NOTIFY); a job
   re-created under the name of a finished workload replaces that row;
 - a job that failed, or completed while not admitted -> finished with
   ``Failed``/``Succeeded`` (an admitted one that completed is reported by
@@ -37,7 +38,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.lifecycle import WorkloadState
-from queuemgr.core.model import Node, WorkloadId
+from queuemgr.core.model import Node, Workload, WorkloadId
 from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
 from queuemgr.k8s.jobframework import parse_timestamp
 from queuemgr.k8s.jobs import KINDS
@@ -48,8 +49,14 @@ from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.service.ports import Clock
 from queuemgr.store import config as store_config
-from queuemgr.store.jobsync import RowState, resubmit_workload, row_states, unfinished
-from queuemgr.store.notify import finish_workload, notify, submit_workload
+from queuemgr.store.jobsync import (
+    RowState,
+    resubmit_workload,
+    row_states,
+    submit_many,
+    unfinished,
+)
+from queuemgr.store.notify import finish_workload, notify
 from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 log = logging.getLogger(__name__)
@@ -211,6 +218,7 @@ class JobSync:
         log.debug("syncing jobs %s", wids)
         with self._engine.connect() as conn:
             rows = row_states(conn, wids)
+        new: list[Workload] = []
         for wid in wids:
             ref, row = refs[wid], rows.get(WorkloadId(wid))
             if ref is None:
@@ -218,42 +226,46 @@ class JobSync:
                     self._finish(wid, "Deleted", "the job was deleted or lost its queue label")
                 continue
             try:
-                self._sync_job(ref, row)
+                if self._sync_job(ref, row):
+                    new.append(ref.job.workload())
             except ManifestError as error:
                 self._invalid(ref, error)
+        if new:
+            with self._engine.begin() as conn:
+                submitted = submit_many(conn, new)
+            log.info("submitted %d new job(s)", len(submitted))
 
-    def _sync_job(self, ref: JobRef, row: RowState | None) -> None:
+    def _sync_job(self, ref: JobRef, row: RowState | None) -> bool:
+        """Bring one job's row in step; True when it is new (the caller submits it)."""
         meta = ref.obj["metadata"]
         if not self._watch.managed(meta["namespace"]) or owned_by_managed_kind(ref.obj):
-            return
+            return False
         job, wid = ref.job, ref.workload_id
         done = job.finished()
         if done is not None:
             if row is None or row.state is WorkloadState.FINISHED:
-                return
+                return False
             if done.succeeded and row.state is WorkloadState.ADMITTED:
-                return  # the backend reports it; the loop finishes it
+                return False  # the backend reports it; the loop finishes it
             reason = "Succeeded" if done.succeeded else "Failed"
             self._finish(wid, reason, done.message or done.reason)
-            return
+            return False
         created = parse_timestamp(meta.get("creationTimestamp") or "", "metadata.creationTimestamp")
-        if row is None or (
-            row.state is WorkloadState.FINISHED and abs(row.created_at - created) >= 1
-        ):
-            self._submit(ref, replace=row is not None)
-            return
+        if row is None:
+            return True
+        if row.state is WorkloadState.FINISHED and abs(row.created_at - created) >= 1:
+            self._resubmit(ref)
+            return False
         if not job.is_suspended() and row.state is not WorkloadState.ADMITTED:
             log.info("%s runs without an admission (%s); suspending it", wid, row.state.value)
             self._patch(ref, guard(("metadata", "resourceVersion"), ref.version) + job.suspend())
+        return False
 
-    def _submit(self, ref: JobRef, *, replace: bool) -> None:
+    def _resubmit(self, ref: JobRef) -> None:
         workload = ref.job.workload()
         with self._engine.begin() as conn:
             try:
-                if replace:
-                    resubmit_workload(conn, workload)
-                else:
-                    submit_workload(conn, workload)
+                resubmit_workload(conn, workload)
             except (WorkloadExists, LookupError):
                 log.info("%s: already submitted", workload.id)  # a race with another pass
 

@@ -26,7 +26,7 @@ from queuemgr.core.model import FlavorName, ResourceFlavor, Workload, WorkloadId
 from queuemgr.store import codec
 from queuemgr.store.models import Flavor
 from queuemgr.store.notify import notify
-from queuemgr.store.workloads import atomic, insert_workload
+from queuemgr.store.workloads import WorkloadExists, atomic, insert_workload
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,6 +92,25 @@ def flavor(conn: Connection, name: str) -> ResourceFlavor | None:
         node_labels=dict(row["node_labels"]),
         taints=codec.taints_of(row["taints"]),
     )
+
+
+def submit_many(conn: Connection, workloads: Sequence[Workload]) -> list[WorkloadId]:
+    """Submit each of ``workloads`` as Pending, in one transaction with one NOTIFY.
+
+    Returns the ones inserted; one whose name is taken is skipped (each insert
+    is its own savepoint), so a batch never fails for a duplicate.
+    """
+    done: list[WorkloadId] = []
+    with atomic(conn):
+        for w in workloads:
+            try:
+                insert_workload(conn, w)
+            except WorkloadExists:
+                continue
+            done.append(w.id)
+        if done:
+            notify(conn, "submitted")
+    return done
 
 
 def resubmit_workload(conn: Connection, w: Workload) -> int:

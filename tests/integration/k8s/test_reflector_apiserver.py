@@ -16,6 +16,7 @@ from queuemgr.k8s.reflector import Change, Gone, Reflector
 from tests.controlplane.harness import ControlPlane, wait_for
 
 pytestmark = pytest.mark.integration
+LABEL = "queuemgr.test/reflector"  # not kube-root-ca.crt, which every namespace gets
 
 
 class Seen:
@@ -36,13 +37,14 @@ def _reflector(api: client.ApiClient, namespace: str, seen: Seen) -> Reflector:
     core = client.CoreV1Api(api)
 
     def lister(**kwargs: Any) -> Any:
-        return core.list_namespaced_config_map(namespace, **kwargs)
+        return core.list_namespaced_config_map(namespace, label_selector=LABEL, **kwargs)
 
     return Reflector("configmaps", lister, seen, max_backoff=0.5, page_size=2)
 
 
 def _make(core: client.CoreV1Api, namespace: str, name: str) -> None:
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": {"v": "1"}})
+    meta = {"name": name, "labels": {LABEL: "yes"}}
+    core.create_namespaced_config_map(namespace, {"metadata": meta, "data": {"v": "1"}})
 
 
 def test_a_watch_resumes_across_an_apiserver_restart(
