@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kubernetes import client
 from sqlalchemy import Engine
 
 from queuemgr.core.model import ReclaimWithinCohort
-from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
-from queuemgr.k8s.jobstatus import POSITION_ANNOTATION, REASON_ANNOTATION
+from queuemgr.k8s.cluster import WORKLOAD_LABEL
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, QUEUE_LABEL
+from queuemgr.k8s.jobstatus import (
+    ADMITTED_CONDITION,
+    PENDING_CONDITION,
+    POSITION_ANNOTATION,
+    REASON_ANNOTATION,
+)
+from queuemgr.k8s.kinds import PyTorchJob
 from tests.controlplane.harness import ControlPlane, wait_for
+from tests.integration.k8s.crds import install_job_crds
 from tests.integration.k8s.kube_env import POOL, FakeKubelet, KubeEnv, job_manifest, kube_env
 
 pytestmark = pytest.mark.integration
@@ -87,6 +97,9 @@ def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv
         described = env.plane.kubectl("describe", "job", "gang", "-n", a)
         assert reason().split(":")[0] in described
         assert "queuemgr.io/reason" in described
+        conditions = {c.type: c for c in env.job(a, "gang").status.conditions or ()}
+        assert conditions[PENDING_CONDITION].status == "True"
+        assert conditions[PENDING_CONDITION].reason == reason().split(":")[0]
         kubelet.finish(b, "small", 1)
         env.wait_running(a, "gang", 2)
         assert env.states()["gang"][0] == "Admitted"
@@ -140,3 +153,61 @@ def test_nodes_follow_the_cluster_and_a_deleted_job_frees_its_quota(env: KubeEnv
         assert env.suspended(a, "gang")
         env.core.patch_node(free, {"spec": {"unschedulable": False}})
         env.wait_running(a, "gang", 2)
+
+
+def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(
+    control_plane: ControlPlane, engine: Engine, database_url: str
+) -> None:
+    with kube_env(control_plane, engine, database_url) as env:
+        env.setup()
+        install_job_crds(env.api)  # before the service starts: it watches what is served
+        a, _ = env.namespaces
+        custom = client.CustomObjectsApi(env.api)
+        group, version, plural = PyTorchJob.GROUP, PyTorchJob.VERSION, PyTorchJob.PLURAL
+
+        def read() -> dict[str, Any]:
+            got = custom.get_namespaced_custom_object(group, version, a, plural, "ddp")
+            assert isinstance(got, dict)
+            return got
+
+        replica = job_manifest("unused")["spec"]["template"]
+        body = {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "ddp", "labels": {QUEUE_LABEL: "default"}},
+            "spec": {
+                "runPolicy": {"suspend": True},
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": replica},
+                    "Worker": {"replicas": 1, "template": replica},
+                },
+            },
+        }
+        env.start()
+        custom.create_namespaced_custom_object(group, version, a, plural, body)
+        env.wait_state("ddp", "Admitted")
+        wait_for(lambda: not read()["spec"]["runPolicy"]["suspend"], what="ddp unsuspended")
+        specs = read()["spec"]["pytorchReplicaSpecs"]
+        for kind in ("Master", "Worker"):
+            template = specs[kind]["template"]
+            assert template["spec"]["nodeSelector"] == {POOL: env.suffix}
+            assert template["metadata"]["labels"][WORKLOAD_LABEL] == "ddp"
+        assert env.admitted_gpus() == 16
+
+        def admitted_condition() -> bool:
+            conditions = (read().get("status") or {}).get("conditions") or []
+            return any(
+                c["type"] == ADMITTED_CONDITION and c["status"] == "True" for c in conditions
+            )
+
+        wait_for(admitted_condition, what="QueuemgrAdmitted on the PyTorchJob's status")
+        # Play the training operator: the job succeeded.
+        done = {"type": "Succeeded", "status": "True", "reason": "Done", "message": "ok"}
+        status = dict(read().get("status") or {})
+        status["conditions"] = [*(status.get("conditions") or []), done]
+        custom.patch_namespaced_custom_object_status(
+            group, version, a, plural, "ddp", {"status": status}
+        )
+        env.wait_state("ddp", "Finished")
+        assert env.states()["ddp"] == ("Finished", "Succeeded")
+        assert env.admitted_gpus() == 0
