@@ -149,6 +149,8 @@ class Service:
             check_connection(self.engine)
         except DatabaseError as exc:
             return False, str(exc)
+        if self.kube is not None and not self.kube.watch.synced:
+            return False, "the Kubernetes watches have not listed yet"
         role = "leader" if self.elector.is_leader else "standby"
         return True, f"database reachable, loop running ({role})"
 

@@ -12,6 +12,7 @@ reclaiming queue and resumes later.
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,7 +138,10 @@ def _preemption(env: KubeEnv) -> None:
 def test_nodes_follow_the_cluster_and_a_deleted_job_frees_its_quota(env: KubeEnv) -> None:
     a, _ = env.namespaces
     with FakeKubelet(env.plane, list(env.namespaces)):
-        env.start()
+        service = env.start()
+        host, port = service.http.address
+        with urllib.request.urlopen(f"http://{host}:{port}/readyz", timeout=5) as ready:
+            assert ready.status == 200  # the watches listed before start() returned
         env.batch.create_namespaced_job(a, job_manifest("one"))
         env.wait_running(a, "one", 1)
         # Cordon the node that is free: the 16-GPU gang no longer fits anywhere.
