@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from queuemgr.core.model import ResourceFlavor
 from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
+from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
 from queuemgr.service.kube_backend import KubernetesBackend
 from queuemgr.service.kube_config import KubernetesSettings
@@ -64,7 +65,9 @@ class KubeController:
         self.backend = KubernetesBackend(
             self.watch, self._flavor, stop_timeout=settings.stop_timeout
         )
-        self.status = StatusWriter(self.watch, qps=settings.status_qps)
+        self.status = StatusWriter(
+            self.watch, qps=settings.status_qps, events=EventRecorder(self.client)
+        )
         self.sync: JobSync | None = None
         self.readiness: PodsReadyCheck | None = None
 

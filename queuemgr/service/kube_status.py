@@ -5,7 +5,8 @@ Why it exists: the loop decides, the store records, but the tenant reads
 here (:meth:`StatusWriter.observe`, O(1) on the loop's thread); a worker
 thread turns them into :class:`~queuemgr.k8s.jobstatus.QueueStatus`es and
 writes the ones that changed: annotations always, the two conditions on
-``status.conditions`` when the kind's status takes them.
+``status.conditions`` when the kind's status takes them, and an Event when
+the reason or message changed.
 
 What must stay true: a status is written only when it differs from the last
 one written for that job (position and ETA alone change only the
@@ -26,10 +27,13 @@ from kubernetes.client.exceptions import ApiException
 from queuemgr.core.reasons import Decisions, PendingStatus
 from queuemgr.k8s.apiclient import RateLimiter
 from queuemgr.k8s.cluster import ClusterWatch, JobRef
+from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch
 from queuemgr.k8s.patch import Patch, guard
 
 log = logging.getLogger(__name__)
+# Verdicts recorded as Warning events (the rest are Normal).
+WARNINGS = frozenset({"Invalid", "PodsReadyTimeout", "RequeueLimitExceeded", "Preempted"})
 
 
 def rfc3339(seconds: float) -> str:
@@ -51,8 +55,16 @@ def pending_status(st: PendingStatus) -> QueueStatus:
 
 
 class StatusWriter:
-    def __init__(self, watch: ClusterWatch, *, qps: float, burst: int = 10) -> None:
+    def __init__(
+        self,
+        watch: ClusterWatch,
+        *,
+        qps: float,
+        burst: int = 10,
+        events: EventRecorder | None = None,
+    ) -> None:
         self._watch = watch
+        self._events = events
         self._limiter = RateLimiter(qps, burst)
         self._lock = threading.Lock()
         self._event = threading.Event()
@@ -167,6 +179,10 @@ class StatusWriter:
                             raise
                         log.info("%s status takes no conditions; annotations only", kind)
                         self._conditions_off.add(kind)
+            if not same_condition and self._events is not None:
+                self._limiter.acquire()
+                warning = status.reason in WARNINGS
+                self._events.record(ref.obj, status.reason, status.message, warning=warning)
         except ApiException as error:
             log.debug(
                 "status of %s/%s: %s %s",

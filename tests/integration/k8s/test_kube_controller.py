@@ -98,6 +98,13 @@ def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv
         described = env.plane.kubectl("describe", "job", "gang", "-n", a)
         assert reason().split(":")[0] in described
         assert "queuemgr.io/reason" in described
+        wait_for(
+            lambda: (
+                "queuemgr"
+                in env.plane.kubectl("describe", "job", "gang", "-n", a).split("Events:")[-1]
+            ),
+            what="queuemgr's event under Events:",
+        )
         conditions = {c.type: c for c in env.job(a, "gang").status.conditions or ()}
         assert conditions[PENDING_CONDITION].status == "True"
         assert conditions[PENDING_CONDITION].reason == reason().split(":")[0]
