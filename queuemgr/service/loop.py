@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -58,6 +58,10 @@ from queuemgr.store.workloads import Persisted, StateConflict, persist_decisions
 
 log = logging.getLogger(__name__)
 SERVICE_POLICY = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
+# Comparing every pending workload's reason with the stored one costs O(backlog), so a
+# cycle writes the first reason of new workloads at once and checks the others at most
+# this often (seconds), and on every safety cycle.
+REASON_REFRESH = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +71,11 @@ class CycleReport:
     finished: tuple[WorkloadId, ...]
     pending: int
     duration_s: float  # schedule() alone
-    # Wall seconds of each step: finish, load, schedule, commit, apply (with metrics).
+    # Seconds of each step (finish, load, safety, schedule, commit, apply, observe):
+    # wall clock, and CPU time of the loop's thread (steadier on a busy machine).
     phases: Mapping[str, float] = field(default_factory=dict)
+    cpu: Mapping[str, float] = field(default_factory=dict)
+    statuses_written: int = 0  # pending reasons whose row the cycle updated
 
 
 def _held_by_queue(
@@ -81,6 +88,21 @@ def _held_by_queue(
         key = (a.workload.namespace, a.workload.queue)
         out[key] = add(out.get(key, {}), admitted_requests(a))
     return out
+
+
+class _Phases:
+    """Wall and thread CPU seconds between consecutive ``done`` calls."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._wall, self._cpu = time.perf_counter(), time.thread_time()
+
+    def done(self, name: str) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        self.wall[name] = wall - self._wall
+        self.cpu[name] = cpu - self._cpu
+        self._wall, self._cpu = wall, cpu
 
 
 class SchedulerLoop:
@@ -114,6 +136,7 @@ class SchedulerLoop:
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
+        self._reasons_checked = float("-inf")  # when every pending reason was last compared
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -139,9 +162,9 @@ class SchedulerLoop:
         if token != self._adopted:
             self._adopt(token)
         now = self._clock.now()
-        t0 = time.perf_counter()
+        phases = _Phases()
         finished = self._record_finished(now)
-        t1 = time.perf_counter()
+        phases.done("finish")
         state = self._mirror.refresh(self._engine)
         self._usage.advance(now)
         held = self._mirror.held_by_queue()  # what _held_by_queue(state.admitted) gives
@@ -149,27 +172,33 @@ class SchedulerLoop:
         snapshot = dataclasses.replace(
             state.snapshot(), policy=self._policy, queue_usage=self._usage.usage()
         )
+        phases.done("load")
         safety, self._safety_due = self._safety_due, False
         if safety:
             self._safety(token, state, now)
-        t2 = time.perf_counter()
+            phases.done("safety")
         decisions = schedule(snapshot, now)
-        t3 = time.perf_counter()
-        duration = t3 - t2
-        persisted = self._commit(token, decisions, state, now)
+        phases.done("schedule")
+        duration = phases.wall["schedule"]
+        full = safety or time.monotonic() - self._reasons_checked >= REASON_REFRESH
+        only = None if full else self._mirror.unjudged()
+        persisted = self._commit(token, decisions, state, now, messages=safety, only=only)
+        if full:
+            self._reasons_checked = time.monotonic()
         self._mirror.committed(decisions, persisted, now=now)
-        t4 = time.perf_counter()
+        phases.done("commit")
         # Charged from now on: the next cycle's advance bills this holding.
         self._usage.set_held(_held_by_queue(decisions.admitted, held))
         victims = [e.victim.workload.id for e in decisions.evicted]
         self._apply(token, list(decisions.admitted), victims)
+        phases.done("apply")
         if self._on_cycle is not None:
             self._on_cycle(decisions, now)
         # After the starts: gauges cost O(pending) and must not delay a gang.
         self._metrics.observe_cycle(snapshot, decisions, duration, now)
         for predicted, actual in self._eta.observe(state.pending, decisions, now):
             self._metrics.observe_eta_error(predicted, actual)
-        t5 = time.perf_counter()
+        phases.done("observe")
         if finished or victims:
             self._wake.set()  # freed capacity or requeued victims: schedule again now
         self.cycles += 1
@@ -179,21 +208,28 @@ class SchedulerLoop:
             finished=tuple(finished),
             pending=len(decisions.pending),
             duration_s=duration,
-            phases={
-                "finish": t1 - t0,
-                "load": t2 - t1,
-                "schedule": t3 - t2,
-                "commit": t4 - t3,
-                "apply": t5 - t4,
-            },
+            statuses_written=persisted.statuses_written,
+            phases=phases.wall,
+            cpu=phases.cpu,
         )
 
     def _commit(
-        self, token: LeaderToken, d: Decisions, state: StoredState, now: float
+        self,
+        token: LeaderToken,
+        d: Decisions,
+        state: StoredState,
+        now: float,
+        *,
+        messages: bool = True,
+        only: Collection[WorkloadId] | None = None,
     ) -> Persisted:
+        # A new reason is written at once; a message whose numbers alone moved waits for
+        # the next safety cycle, or every busy cycle would rewrite the whole backlog.
         with self._engine.begin() as conn:
             fence(conn, token)
-            persisted = persist_decisions(conn, d, now=now, previous=state.statuses)
+            persisted = persist_decisions(
+                conn, d, now=now, previous=state.statuses, messages=messages, only=only
+            )
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
         return persisted

@@ -35,7 +35,7 @@ from sqlalchemy import Connection, Engine, text
 from queuemgr.core.cache import Cache
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
-from queuemgr.core.reasons import Decisions
+from queuemgr.core.reasons import Decisions, PendingReason
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, admitted_requests
 from queuemgr.store import codec
@@ -74,6 +74,9 @@ SELECT coalesce(array_agg(id), '{}'), coalesce(array_agg(version), '{}') FROM (
 """)
 
 
+_VERDICTS = frozenset(r.value for r in PendingReason)  # the reasons a cycle writes
+
+
 class StateMirror:
     def __init__(self) -> None:
         self.reset()
@@ -84,6 +87,7 @@ class StateMirror:
         self._versions: dict[int, int] = {}  # row id -> the version of self._rows[id]
         self._ids: dict[WorkloadId, int] = {}
         self._statuses: dict[WorkloadId, Status] = {}  # of the queued rows, as stored
+        self._unjudged: set[WorkloadId] = set()  # queued rows with no verdict stored yet
         # What the admitted workloads hold, per LocalQueue (namespace, name).
         self._held: dict[tuple[str, str], dict[ResourceName, int]] = {}
         self._fingerprint: str | None = None
@@ -91,6 +95,10 @@ class StateMirror:
         self._stopped: frozenset[ClusterQueueName] = frozenset()
         self._cache: Cache | None = None
         self.rows_read = 0  # full rows the last refresh read
+
+    def unjudged(self) -> frozenset[WorkloadId]:
+        """Queued workloads whose stored reason is no verdict yet (new, or requeued)."""
+        return frozenset(self._unjudged)
 
     def held_by_queue(self) -> dict[tuple[str, str], Mapping[ResourceName, int]]:
         """What the admitted workloads hold per LocalQueue (inner vectors never change)."""
@@ -161,7 +169,7 @@ class StateMirror:
         if row.admitted is not None:
             self._hold(row.admitted, +1)
         else:
-            self._statuses[row.workload.id] = (row.state, row.reason, row.message)
+            self._set_status(row.workload.id, (row.state, row.reason, row.message))
         self._cache_add(row)
 
     def _take(self, row: LiveRow) -> None:
@@ -174,12 +182,20 @@ class StateMirror:
             self._hold(row.admitted, -1)
         else:
             self._statuses.pop(wid, None)
+            self._unjudged.discard(wid)
         if self._cache is None:
             return
         if row.admitted is not None:
             self._cache.remove_admitted(wid)
         elif self._cache.is_pending(wid):  # not there if its ClusterQueue is stopped
             self._cache.remove_pending(wid)
+
+    def _set_status(self, wid: WorkloadId, status: Status) -> None:
+        self._statuses[wid] = status
+        if status[1] in _VERDICTS:
+            self._unjudged.discard(wid)
+        else:
+            self._unjudged.add(wid)
 
     def _cache_add(self, row: LiveRow) -> None:
         if self._cache is None or self._config is None:
@@ -217,7 +233,7 @@ class StateMirror:
                 if row is not None:  # still queued: the cache is unchanged
                     self._rows[row.id] = _moved(row, state, reason, message, None)
                     self._versions[row.id] = row.version + 1
-                    self._statuses[wid] = (state, reason, message)
+                    self._set_status(wid, (state, reason, message))
             for e in decisions.evicted:  # left the live set: the next refresh drops it
                 self._stale(e.victim.workload.id)
         except Exception:
@@ -251,11 +267,12 @@ def _moved(
     message: str,
     admitted: AdmittedWorkload | None,
 ) -> LiveRow:
-    return dataclasses.replace(
-        row,
+    return LiveRow(  # not dataclasses.replace: this runs once per admission
+        id=row.id,
         version=row.version + 1,
         state=state,
         reason=reason,
         message=message,
+        workload=row.workload,
         admitted=admitted,
     )

@@ -19,7 +19,7 @@ What must stay true:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,17 +313,23 @@ def persist_decisions(
     *,
     now: float,
     previous: Mapping[WorkloadId, Status] | None = None,
+    messages: bool = True,
+    only: Collection[WorkloadId] | None = None,
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
     ``previous`` (from :func:`load_workloads`) limits the status writes to the
     workloads whose state, reason or message changed; without it all are written.
+    With ``messages=False`` a change of the message alone is not written (its
+    numbers move with every admission; the caller refreshes them now and then).
+    ``only`` limits the status writes to those workloads (say, the ones no
+    cycle has judged yet), so a cycle need not compare every pending one.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions)
-        statuses = _write_statuses(conn, decisions, at, previous, versions)
+        statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only)
     return Persisted(
         admitted=admitted,
         statuses_written=len(statuses),
@@ -381,20 +387,26 @@ def _write_statuses(
     at: object,
     previous: Mapping[WorkloadId, Status] | None,
     versions: dict[WorkloadId, int],
+    messages: bool,
+    only: Collection[WorkloadId] | None,
 ) -> dict[WorkloadId, Status]:
     changed: dict[WorkloadId, Status] = {}
     statuses = decisions.pending
     # Only the verdict is needed (not positions or ETAs), and workloads of one
     # shape share one verdict: put each verdict's words together once.
     words: dict[int, tuple[WorkloadState, str, str]] = {}
-    for wid in statuses:
-        verdict = statuses.verdict(wid)
+    for wid in statuses if only is None else only:
+        try:
+            verdict = statuses.verdict(wid)
+        except KeyError:  # not pending any more (admitted by this cycle)
+            continue
         new = words.get(id(verdict))
         if new is None:
             inadmissible = verdict.reason is PendingReason.INADMISSIBLE
             state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
             new = words[id(verdict)] = (state, verdict.reason.value, verdict.message)
-        if previous is None or previous.get(wid) != new:
+        old = None if previous is None else previous.get(wid)
+        if old != new and (messages or old is None or old[:2] != new[:2]):
             changed[wid] = new
     if changed:
         names = [wid.partition("/") for wid in changed]
