@@ -76,8 +76,14 @@ def test_jobs_admitted_in_fair_share_order_run_on_the_flavor_and_free_quota(env:
         assert env.suspended(a, "a2") and env.suspended(b, "b2")
         assert env.states()["a2"][0] == env.states()["b2"][0] == "Pending"
         assert env.admitted_gpus() == 16
-        notes = env.job(a, "a2").metadata.annotations
-        assert notes[POSITION_ANNOTATION].startswith("1 in its LocalQueue")
+        wait_for(  # written by the status write-back, a moment after the cycle
+            lambda: (
+                env.job(a, "a2")
+                .metadata.annotations.get(POSITION_ANNOTATION, "")
+                .startswith("1 in its LocalQueue")
+            ),
+            what="a2 first in its LocalQueue, on the Job",
+        )
 
 
 def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv) -> None:
