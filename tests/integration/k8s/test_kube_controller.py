@@ -111,9 +111,16 @@ def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv
             ),
             what="queuemgr's event under Events:",
         )
-        conditions = {c.type: c for c in env.job(a, "gang").status.conditions or ()}
-        assert conditions[PENDING_CONDITION].status == "True"
-        assert conditions[PENDING_CONDITION].reason == reason().split(":")[0]
+
+        def pending_condition() -> bool:
+            conditions = {c.type: c for c in env.job(a, "gang").status.conditions or ()}
+            found = conditions.get(PENDING_CONDITION)
+            return found is not None and (found.status, found.reason) == (
+                "True",
+                reason().split(":")[0],
+            )
+
+        wait_for(pending_condition, what="QueuemgrPending on the Job's status")
         kubelet.finish(b, "small", 1)
         env.wait_running(a, "gang", 2)
         assert env.states()["gang"][0] == "Admitted"

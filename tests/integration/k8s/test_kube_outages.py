@@ -145,23 +145,26 @@ def test_a_gang_whose_pods_never_get_ready_is_evicted_requeued_then_failed(
     env: KubeEnv,
 ) -> None:
     a, b = env.namespaces
-    settings = PodsReadySettings(timeout=3.0, backoff=1.0, backoff_max=2.0, requeue_limit=1)
+    settings = PodsReadySettings(timeout=3.0, backoff=3.0, backoff_max=6.0, requeue_limit=1)
     with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
         kubelet.held.add("stuck")
         env.start(pods_ready=settings)
         env.batch.create_namespaced_job(b, job_manifest("fine"))
         env.batch.create_namespaced_job(a, job_manifest("stuck"))
         env.wait_running(a, "stuck", 1)
-        wait_for(
-            lambda: env.states()["stuck"] == ("Evicted", "PodsReadyTimeout"),
-            timeout=30,
-            what="stuck evicted for its pods",
-        )
-        wait_for(lambda: env.suspended(a, "stuck"), what="stuck suspended")
-        notes = env.job(a, "stuck").metadata.annotations
-        assert notes[REQUEUE_COUNT] == "1"
-        assert notes[REASON_ANNOTATION].startswith("PodsReadyTimeout")
-        env.wait_state("stuck", "Admitted", timeout=30)  # requeued after 1 s, admitted again
+
+        def evicted() -> bool:
+            job = env.job(a, "stuck")
+            notes = job.metadata.annotations or {}
+            return (
+                env.states()["stuck"] == ("Evicted", "PodsReadyTimeout")
+                and bool(job.spec.suspend)
+                and notes.get(REQUEUE_COUNT) == "1"
+                and notes.get(REASON_ANNOTATION, "").startswith("PodsReadyTimeout")
+            )
+
+        wait_for(evicted, timeout=30, what="stuck evicted, suspended, its count on the Job")
+        env.wait_state("stuck", "Admitted", timeout=30)  # requeued after 3 s, admitted again
         wait_for(
             lambda: env.states()["stuck"] == ("Finished", "RequeueLimitExceeded"),
             timeout=30,
