@@ -5,7 +5,12 @@ JobSet, Kubeflow PyTorchJob) opt in with the ``queuemgr.io/queue-name`` label;
 :mod:`queuemgr.k8s.jobs` turns each into core pod sets and builds the patches
 that suspend it or run it on an admission, and :mod:`queuemgr.k8s.webhook`
 keeps labelled jobs suspended at creation and refuses the ones that could
-never run. See docs/kubernetes.md.
+never run. The controller's side: :mod:`queuemgr.k8s.reflector` (list and
+watch, resuming from ``resourceVersion``), :mod:`queuemgr.k8s.cluster` (the
+watched jobs, pods, nodes and namespaces), :mod:`queuemgr.k8s.jobapi` (each
+kind's calls), :mod:`queuemgr.k8s.jobstatus` and :mod:`queuemgr.k8s.events`
+(what a job shows), :mod:`queuemgr.k8s.apiclient` (the rate-limited client);
+the service joins them to the store. See docs/kubernetes.md.
 
 What must stay true: this package imports only :mod:`queuemgr.core` and
 third-party libraries (``kubernetes``, ``cryptography``), never the store or
