@@ -228,7 +228,13 @@ class SchedulerLoop:
         with self._engine.begin() as conn:
             fence(conn, token)
             persisted = persist_decisions(
-                conn, d, now=now, previous=state.statuses, messages=messages, only=only
+                conn,
+                d,
+                now=now,
+                previous=state.statuses,
+                messages=messages,
+                only=only,
+                ids=self._mirror.row_ids(),
             )
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)

@@ -100,6 +100,10 @@ class StateMirror:
         """Queued workloads whose stored reason is no verdict yet (new, or requeued)."""
         return frozenset(self._unjudged)
 
+    def row_ids(self) -> Mapping[WorkloadId, int]:
+        """Each live workload's row id (a read-only view, valid until the next change)."""
+        return MappingProxyType(self._ids)
+
     def held_by_queue(self) -> dict[tuple[str, str], Mapping[ResourceName, int]]:
         """What the admitted workloads hold per LocalQueue (inner vectors never change)."""
         return dict(self._held)

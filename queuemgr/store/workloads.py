@@ -283,18 +283,33 @@ SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:pod_sets AS text[]),
                      CAST(:nodes AS text[]), CAST(:counts AS int[]))
 """)
 
-_REQUEUE_STATUS = text("""
+# Statuses repeat (workloads of one shape share a verdict): each distinct one is
+# sent once, and every row names it by its position (``which``, 1-based).
+_SET_STATUS = """
 UPDATE workloads AS w
-SET state = CAST(d.state AS workload_state), reason = d.reason, message = d.message,
-    state_since = CASE WHEN w.state = CAST(d.state AS workload_state) THEN w.state_since
+SET state = CAST(s.state AS workload_state), reason = s.reason, message = s.message,
+    state_since = CASE WHEN w.state = CAST(s.state AS workload_state) THEN w.state_since
                        ELSE :now END,
     version = w.version + 1
-FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:states AS text[]),
-            CAST(:reasons AS text[]), CAST(:messages AS text[]))
-     AS d(ns, name, state, reason, message)
-WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+FROM {rows}
+JOIN unnest(CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:messages AS text[]))
+     WITH ORDINALITY AS s(state, reason, message, k) ON s.k = d.which
+WHERE {match} AND w.state IN ('Pending', 'Inadmissible')
 RETURNING w.namespace, w.name, w.version
-""")
+"""
+_STATUS_BY_NAME = text(
+    _SET_STATUS.format(
+        rows="unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:which AS int[])) "
+        "AS d(ns, name, which)",
+        match="w.namespace = d.ns AND w.name = d.name",
+    )
+)
+_STATUS_BY_ID = text(
+    _SET_STATUS.format(
+        rows="unnest(CAST(:ids AS bigint[]), CAST(:which AS int[])) AS d(id, which)",
+        match="w.id = d.id",
+    )
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -315,6 +330,7 @@ def persist_decisions(
     previous: Mapping[WorkloadId, Status] | None = None,
     messages: bool = True,
     only: Collection[WorkloadId] | None = None,
+    ids: Mapping[WorkloadId, int] | None = None,
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
@@ -324,12 +340,14 @@ def persist_decisions(
     numbers move with every admission; the caller refreshes them now and then).
     ``only`` limits the status writes to those workloads (say, the ones no
     cycle has judged yet), so a cycle need not compare every pending one.
+    ``ids`` (workload -> row id, when the caller knows them) lets the status
+    writes find their rows by primary key and send integers instead of names.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions)
-        statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only)
+        statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only, ids)
     return Persisted(
         admitted=admitted,
         statuses_written=len(statuses),
@@ -389,6 +407,7 @@ def _write_statuses(
     versions: dict[WorkloadId, int],
     messages: bool,
     only: Collection[WorkloadId] | None,
+    ids: Mapping[WorkloadId, int] | None,
 ) -> dict[WorkloadId, Status]:
     changed: dict[WorkloadId, Status] = {}
     statuses = decisions.pending
@@ -409,18 +428,23 @@ def _write_statuses(
         if old != new and (messages or old is None or old[:2] != new[:2]):
             changed[wid] = new
     if changed:
-        names = [wid.partition("/") for wid in changed]
-        rows = conn.execute(
-            _REQUEUE_STATUS,
-            {
-                "now": at,
-                "ns": [ns for ns, _, _ in names],
-                "names": [name for _, _, name in names],
-                "states": [s.value for s, _, _ in changed.values()],
-                "reasons": [r for _, r, _ in changed.values()],
-                "messages": [m for _, _, m in changed.values()],
-            },
-        )
+        distinct: dict[Status, int] = {}
+        which = [distinct.setdefault(st, len(distinct) + 1) for st in changed.values()]
+        params: dict[str, object] = {
+            "now": at,
+            "which": which,
+            "states": [st.value for st, _, _ in distinct],
+            "reasons": [reason for _, reason, _ in distinct],
+            "messages": [message for _, _, message in distinct],
+        }
+        if ids is not None and all(wid in ids for wid in changed):
+            params["ids"] = [ids[wid] for wid in changed]
+            rows = conn.execute(_STATUS_BY_ID, params)
+        else:
+            names = [wid.partition("/") for wid in changed]
+            params["ns"] = [ns for ns, _, _ in names]
+            params["names"] = [name for _, _, name in names]
+            rows = conn.execute(_STATUS_BY_NAME, params)
         for r in rows:
             versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
     return changed
