@@ -16,6 +16,7 @@ reservations (every memo here is keyed on what its answer depends on).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from queuemgr.core.model import (
     AdmittedWorkload,
@@ -67,7 +68,7 @@ class Backfill:
             if not guard.allows(admitted, self.now):
                 return Verdict(
                     reason=PendingReason.WAITING_FOR_RESERVATION,
-                    detail=f"would delay {guard.w.id}, {guard.reservation.describe()}",
+                    detail=partial(_would_delay, guard),
                     eta=guard.reservation.start,
                 )
         self.record(admitted)
@@ -155,3 +156,7 @@ class Backfill:
             )
             self._etas[key] = plan.start
         return self._etas[key]
+
+
+def _would_delay(guard: Guard) -> str:
+    return f"would delay {guard.w.id}, {guard.reservation.describe()}"

@@ -124,6 +124,8 @@ class _Cycle:
         )
         self.evictions: list[Eviction] = []
         self.backfill = Backfill(snapshot, now)
+        # (queue, shape[, LocalQueue]) -> (ledger version, class, share, nomination)
+        self._nominations: dict[tuple[object, ...], tuple[int, int, float, _Nomination]] = {}
         # Ordering by usage: within these queues, and among these queues' borrowers.
         self._usage_within: set[ClusterQueueName] = set()
         self._usage_across: set[ClusterQueueName] = set()
@@ -138,22 +140,35 @@ class _Cycle:
 
     # -- phase 3: nominate ------------------------------------------------
     def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
+        # Heads of one shape (and LocalQueue, when usage ranks borrowers) get the same
+        # class, share and flavor until something is admitted: reuse them.
+        memo_key: tuple[object, ...] | None = None
+        if w.partial_pod_set is None:
+            memo_key = (cq.name, w.shape)
+            if cq.name in self._usage_across:
+                memo_key = (cq.name, w.shape, w.namespace, w.queue)
+            hit = self._nominations.get(memo_key)
+            if hit is not None and hit[0] == self.ledger.version:
+                _, cls, share, nomination = hit
+                return ((cls, share, -w.priority, w.created_at, w.id), cq.name, nomination)
         request = w.total_requests
         checks: dict[FlavorName, QuotaCheck] = {}
         for fq in cq.flavors:
             check = self.ledger.check(cq.name, fq.flavor, request)
             checks[fq.flavor] = check
             if check.fits:
+                cls, share = _NOMINAL, _NO_SHARE
                 if check.borrowing:
+                    cls = _BORROWING
                     if cq.name in self._usage_across:
                         share = self._usage_share(cq, w)
                     else:
                         infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
                         share = math.inf if infinite else float(exact)
-                    key = (_BORROWING, share, -w.priority, w.created_at, w.id)
-                else:
-                    key = (_NOMINAL, _NO_SHARE, -w.priority, w.created_at, w.id)
-                return (key, cq.name, _Nomination(fq.flavor, checks, self.ledger.version))
+                nomination = _Nomination(fq.flavor, checks, self.ledger.version)
+                if memo_key is not None:
+                    self._nominations[memo_key] = (self.ledger.version, cls, share, nomination)
+                return ((cls, share, -w.priority, w.created_at, w.id), cq.name, nomination)
         low = smallest(w) if w.partial_pod_set is not None else None
         if low is not None:
             # Partial admission: ranked by the least it would take. Version -1: the
@@ -161,8 +176,10 @@ class _Cycle:
             ranked, _name, least = self.nominate(cq, low)
             if least.flavor is not None:
                 return (ranked, cq.name, _Nomination(least.flavor, checks, -1))
-        key = (_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id)
-        return (key, cq.name, _Nomination(None, checks, self.ledger.version))
+        nomination = _Nomination(None, checks, self.ledger.version)
+        if memo_key is not None:
+            self._nominations[memo_key] = (self.ledger.version, _NO_QUOTA, _NO_SHARE, nomination)
+        return ((_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id), cq.name, nomination)
 
     def _usage_share(self, cq: ClusterQueue, w: Workload) -> float:
         """Decayed usage of w's LocalQueue per its ClusterQueue's weight."""

@@ -210,20 +210,28 @@ class Planner:
             state = self.state(admitted_now, evicted.values(), ())
             return self._earliest_by_placing(cq, w, flavor, line, state, now)
         ledger, need = QuotaLedger(self._quota, self._snapshot.usage), w.total_requests
+        # Quota changes wait in ``owed`` until the nodes could hold the gang: the ledger's
+        # pool use depends only on the final usage, so one addition per queue and flavor
+        # ends where many would.
+        owed: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]] = {}
         for a, sign in (*((a, 1) for a in admitted_now), *((a, -1) for a in evicted.values())):
-            _hold(ledger, a, sign)
+            _owe(owed, a, sign)
             counter.change(a, sign)
         k = 0
         while True:
-            if counter.enough() and ledger.check(cq.name, flavor, need).fits:
-                placements = counter.placement()
-                assert placements is not None, "the pod count and the placement disagree"
-                return (max(now, ends[k - 1]) if k else now), placements
+            if counter.enough():
+                for (q, f), delta in owed.items():
+                    ledger.add(q, f, delta)
+                owed.clear()
+                if ledger.check(cq.name, flavor, need).fits:
+                    placements = counter.placement()
+                    assert placements is not None, "the pod count and the placement disagree"
+                    return (max(now, ends[k - 1]) if k else now), placements
             if k >= len(known):
                 return None
             nxt = bisect.bisect_right(ends, ends[k])
             for a in known[k:nxt]:
-                _hold(ledger, a, -1)
+                _owe(owed, a, -1)
                 counter.change(a, -1)
             k = nxt
 
@@ -355,9 +363,12 @@ class Guard:
         return limit is not None and now + limit <= start
 
 
-def _hold(ledger: QuotaLedger, a: AdmittedWorkload, sign: int) -> None:
-    """``a`` holds (sign 1) or gives back (sign -1) its quota in ``ledger``."""
-    held = admitted_requests(a)
-    ledger.add(
-        a.admission.cluster_queue, a.admission.flavor, {r: sign * v for r, v in held.items()}
-    )
+def _owe(
+    owed: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]],
+    a: AdmittedWorkload,
+    sign: int,
+) -> None:
+    """Note that ``a`` holds (sign 1) or gives back (sign -1) its quota."""
+    delta = owed.setdefault((a.admission.cluster_queue, a.admission.flavor), {})
+    for r, v in admitted_requests(a).items():
+        delta[r] = delta.get(r, 0) + sign * v

@@ -19,6 +19,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 
 from queuemgr.core.model import (
@@ -81,10 +82,19 @@ class Timeline:
         return Timeline(rows, unknown)
 
     def plus(self, admitted: Iterable[AdmittedWorkload], now: float) -> Timeline:
+        """This timeline with ``admitted`` added (a copy; few are added to many)."""
         extra = Timeline.of(admitted, {}, now)
         if not extra.rows and not extra.unknown:
             return self
-        return Timeline([*self.rows, *extra.rows], [*self.unknown, *extra.unknown])
+        out = Timeline.__new__(Timeline)
+        out.rows, out.known, out.ends = list(self.rows), list(self.known), list(self.ends)
+        for row in extra.rows:
+            at = bisect.bisect_right(out.rows, (row[0], row[1]))  # ids are unique
+            out.rows.insert(at, row)
+            out.known.insert(at, row[2])
+            out.ends.insert(at, row[0])
+        out.unknown = tuple(sorted([*self.unknown, *extra.unknown]))
+        return out
 
 
 class PodCounter:
