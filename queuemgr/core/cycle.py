@@ -271,9 +271,7 @@ class _Cycle:
                 detail=partial(check.describe, flavor),
             )
         self._memo[(cq.name, w.shape)] = verdict
-        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(
-            cq, self._fair_cohorts
-        ):
+        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq, self._fair_cohorts):
             outcome = self._preempt(cq, w)
             if outcome is not _NOT_PREEMPTED:
                 return outcome  # admitted (None), or waiting for its victims to stop
