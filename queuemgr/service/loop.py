@@ -58,10 +58,6 @@ from queuemgr.store.workloads import Persisted, StateConflict, persist_decisions
 
 log = logging.getLogger(__name__)
 SERVICE_POLICY = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
-# Comparing every pending workload's reason with the stored one costs O(backlog), so a
-# cycle writes the first reason of new workloads at once and checks the others at most
-# this often (seconds), and on every safety cycle.
-REASON_REFRESH = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +132,6 @@ class SchedulerLoop:
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
-        self._reasons_checked = float("-inf")  # when every pending reason was last compared
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -180,11 +175,10 @@ class SchedulerLoop:
         decisions = schedule(snapshot, now)
         phases.done("schedule")
         duration = phases.wall["schedule"]
-        full = safety or time.monotonic() - self._reasons_checked >= REASON_REFRESH
-        only = None if full else self._mirror.unjudged()
+        # Comparing every pending reason with the stored one costs O(backlog): a cycle
+        # writes the first reason of new workloads, the safety cycle refreshes the rest.
+        only = None if safety else self._mirror.unjudged()
         persisted = self._commit(token, decisions, state, now, messages=safety, only=only)
-        if full:
-            self._reasons_checked = time.monotonic()
         self._mirror.committed(decisions, persisted, now=now)
         phases.done("commit")
         # Charged from now on: the next cycle's advance bills this holding.
@@ -206,7 +200,10 @@ class SchedulerLoop:
             admitted=tuple(a.workload.id for a in decisions.admitted),
             evicted=tuple(victims),
             finished=tuple(finished),
-            pending=len(decisions.pending),
+            # Counted from the queues: len(decisions.pending) would index every position.
+            pending=sum(map(len, snapshot.pending.values()))
+            + len(snapshot.unroutable)
+            - len(decisions.admitted),
             duration_s=duration,
             statuses_written=persisted.statuses_written,
             phases=phases.wall,
