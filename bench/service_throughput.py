@@ -136,7 +136,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, scratch_database("probe") as probe:
         print(server_description(probe), f"| load average before: {load_average()}")
         print(f"{QUEUES} ClusterQueues, {NODES} nodes x {GPUS_PER_NODE} GPUs, burst {BURST}")
-        head = "".join(f"{p + ' s':>10}" for p in PHASES) + f"{'loop cpu s':>11}{'svc cpu s':>10}"
+        head = "".join(f"{p + ' s':>11}" for p in PHASES) + f"{'loop cpu s':>11}{'svc cpu s':>11}"
         print(
             f"{'mode':<8}{'adm/s':>8}{'wall s':>8}{'cycles':>8}{'max/cyc':>9}{head}{'load avg':>17}"
         )
@@ -145,8 +145,8 @@ def main() -> None:
             for r in range(args.rounds):
                 res = one_round(mode, r, Path(tmp))
                 rates.append(res["rate"])
-                ph = "".join(f"{res['phases'].get(p, 0.0):>10.2f}" for p in PHASES)
-                ph += f"{res['cpu']:>11.2f}{res['process_cpu']:>10.2f}"
+                ph = "".join(f"{res['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
+                ph += f"{res['cpu']:>11.2f}{res['process_cpu']:>11.2f}"
                 print(
                     f"{mode:<8}{res['rate']:>8.0f}{res['wall']:>8.2f}{res['cycles']:>8}"
                     f"{res['biggest']:>9}{ph}{load_average():>17}"
