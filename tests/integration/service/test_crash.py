@@ -115,6 +115,8 @@ def test_kill_9_at_random_points_loses_nothing_and_admits_nothing_twice(
         wait_for(
             lambda: state_counts(engine).get("Finished", 0) == WORKLOADS, timeout=180, step=0.5
         )
+        # SIGTERM's clean stop is set up once serve is running; a quick run may end before.
+        wait_for(last.leads, timeout=60, step=0.05)
         assert last.terminate() == 0, logs(processes)
     finally:
         checker.stop.set()
