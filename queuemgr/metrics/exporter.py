@@ -16,7 +16,10 @@ What must stay true:
 - quantities leave in base units: cpu in cores, memory in bytes, anything
   else (GPUs) as a count (:func:`base_units`);
 - gauges describe the state *after* a cycle's admissions, and a series
-  whose object disappeared (a deleted queue) is removed, not left stale.
+  whose object disappeared (a deleted queue) is removed, not left stale;
+- counters and histograms are fed every cycle (:meth:`count_cycle`); the
+  O(pending) gauges may be refreshed less often (:meth:`set_gauges`, paced by
+  the service with :class:`~queuemgr.metrics.pacer.GaugePacer`).
 """
 
 from __future__ import annotations
@@ -56,10 +59,28 @@ class SchedulerMetrics(MetricFamilies):
         self, snapshot: Snapshot, decisions: Decisions, duration_s: float, now: float
     ) -> None:
         """Update every gauge to the state after ``decisions``, and count the cycle."""
-        config = snapshot.config
+        self.count_cycle(snapshot, decisions, duration_s, now)
+        self.set_gauges(snapshot, decisions)
+
+    def count_cycle(
+        self, snapshot: Snapshot, decisions: Decisions, duration_s: float, now: float
+    ) -> None:
+        """The counters and histograms of one cycle: exact, O(decisions)."""
         self.cycle.observe(duration_s)
         self.attempts.labels(result="success" if decisions.admitted else "inadmissible").inc()
         self.admitted_total.inc(len(decisions.admitted))
+        for e in decisions.evicted:
+            self.observe_eviction(e.reason.value, e.preemptor_cluster_queue)
+        for a in decisions.admitted:
+            cq = a.admission.cluster_queue
+            label = priority_label(a.workload.priority, self._priority_classes)
+            self.wait.labels(cluster_queue=cq, priority_class=label).observe(
+                max(0.0, now - a.workload.created_at)
+            )
+
+    def set_gauges(self, snapshot: Snapshot, decisions: Decisions) -> None:
+        """Every gauge to the state after ``decisions``: O(pending + nodes)."""
+        config = snapshot.config
         frames = self._frames
         usage: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {
             cq: {f: dict(v) for f, v in per.items()} for cq, per in snapshot.usage.items()
@@ -76,14 +97,6 @@ class SchedulerMetrics(MetricFamilies):
             vec = usage.setdefault(cq, {}).setdefault(a.admission.flavor, {})
             for res, v in admitted_requests(a).items():
                 vec[res] = vec.get(res, 0) + sign * v
-        for e in decisions.evicted:
-            self.observe_eviction(e.reason.value, e.preemptor_cluster_queue)
-        for a in decisions.admitted:
-            cq = a.admission.cluster_queue
-            label = priority_label(a.workload.priority, self._priority_classes)
-            self.wait.labels(cluster_queue=cq, priority_class=label).observe(
-                max(0.0, now - a.workload.created_at)
-            )
         for name, n in active.items():
             frames[self.admitted_active].set(n, name)
         self._quota(snapshot, usage)

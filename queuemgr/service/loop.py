@@ -45,6 +45,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName, add
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.service.eta import EtaTracker
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
@@ -130,6 +131,7 @@ class SchedulerLoop:
         self._last_sample: float | None = None
         self._adopted: LeaderToken | None = None
         self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
+        self._gauges = GaugePacer()
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
@@ -188,8 +190,13 @@ class SchedulerLoop:
         phases.done("apply")
         if self._on_cycle is not None:
             self._on_cycle(decisions, now)
-        # After the starts: gauges cost O(pending) and must not delay a gang.
-        self._metrics.observe_cycle(snapshot, decisions, duration, now)
+        # After the starts: gauges cost O(pending) and must not delay a gang, nor,
+        # with a deep backlog, the next submission (the pacer spaces them out).
+        self._metrics.count_cycle(snapshot, decisions, duration, now)
+        if self._gauges.due(force=safety):
+            started = self._gauges.now()
+            self._metrics.set_gauges(snapshot, decisions)
+            self._gauges.refreshed(started)
         for predicted, actual in self._eta.observe(state.pending, decisions, now):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
