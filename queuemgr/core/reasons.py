@@ -125,6 +125,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         self._admitted = admitted
         self._index: dict[WorkloadId, tuple[Workload, ClusterQueueName | None, int, int]] | None
         self._index = None
+        self._where: dict[WorkloadId, tuple[Workload, ClusterQueueName | None]] | None = None
 
     def _resolve(self, w: Workload, cq: ClusterQueueName | None) -> Verdict:
         known = self._verdicts.get(w.id)
@@ -145,8 +146,40 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         return self._eta(w, cq, self._resolve(w, cq))
 
     def verdict(self, wid: WorkloadId) -> Verdict:
-        w, cq, _, _ = self._count()[wid]
-        return self._resolve(w, cq)
+        return self._resolve(*self._find(wid))
+
+    def eta_by_id(self, wid: WorkloadId) -> float | None:
+        """The ``eta`` of pending ``wid``, without counting positions."""
+        w, cq = self._find(wid)
+        return self._eta(w, cq, self._resolve(w, cq))
+
+    def _find(self, wid: WorkloadId) -> tuple[Workload, ClusterQueueName | None]:
+        if self._index is not None:
+            w, cq, _, _ = self._index[wid]
+            return w, cq
+        return self._locate()[wid]
+
+    def __contains__(self, wid: object) -> bool:
+        return wid in (self._index if self._index is not None else self._locate())
+
+    def _locate(self) -> Mapping[WorkloadId, tuple[Workload, ClusterQueueName | None]]:
+        """Each pending workload and its queue, without ranking: for verdict lookups.
+
+        Counting positions merges and ranks every queue; a cycle that only
+        writes the verdicts of a few new workloads must not pay that.
+        """
+        if self._where is None:
+            out: dict[WorkloadId, tuple[Workload, ClusterQueueName | None]] = {}
+            admitted = self._admitted
+            for name, queue in self._queues.items():
+                for run in queue.runs.values():
+                    for w in run:
+                        if w.id not in admitted:
+                            out[w.id] = (w, name)
+            for w in self._unroutable:
+                out[w.id] = (w, None)
+            self._where = out
+        return self._where
 
     def _count(self) -> dict[WorkloadId, tuple[Workload, ClusterQueueName | None, int, int]]:
         if self._index is None:

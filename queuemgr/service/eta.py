@@ -34,11 +34,11 @@ class EtaTracker:
             predicted = self._predicted.pop(a.workload.id, None)
             if predicted is not None:
                 measured.append((predicted, now))
-        still = set()
-        for w in pending:
-            still.add(w.id)
-            if w.id not in self._predicted and w.id in decisions.pending:
-                self._predicted[w.id] = decisions.pending[w.id].eta
+        still = {w.id for w in pending}
+        statuses = decisions.pending
+        for wid in still - self._predicted.keys():
+            if wid in statuses:
+                self._predicted[wid] = statuses.eta_by_id(wid)
         for gone in self._predicted.keys() - still:
             del self._predicted[gone]
         return measured
