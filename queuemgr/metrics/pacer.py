@@ -12,9 +12,9 @@ What must stay true:
 - while a refresh is cheap (under ``cheap_s``) it happens after every cycle,
   so small installations and tests see gauges that match the last cycle;
 - otherwise the service spends at most ``1/duty`` of its time on them, and
-  never lets them grow older than ``max(min_interval_s, duty x cost)``;
-- a forced refresh (the loop's periodic safety cycle) always happens, so
-  gauges settle within one safety interval once the service goes quiet.
+  never lets them grow older than ``max(min_interval_s, duty x cost)`` plus
+  the gap to the next cycle (the loop's safety cycle runs every few seconds,
+  so gauges settle soon after the service goes quiet).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ class GaugePacer:
         self._last_at: float | None = None
         self._last_cost = 0.0
 
-    def due(self, *, force: bool = False) -> bool:
+    def due(self) -> bool:
         """Whether the gauges should be recomputed after this cycle."""
-        if force or self._last_at is None or self._last_cost < self._cheap_s:
+        if self._last_at is None or self._last_cost < self._cheap_s:
             return True
         wait = max(self._min_interval_s, self._duty * self._last_cost)
         return self._clock() - self._last_at >= wait

@@ -193,7 +193,7 @@ class SchedulerLoop:
         # After the starts: gauges cost O(pending) and must not delay a gang, nor,
         # with a deep backlog, the next submission (the pacer spaces them out).
         self._metrics.count_cycle(snapshot, decisions, duration, now)
-        if self._gauges.due(force=safety):
+        if self._gauges.due():
             started = self._gauges.now()
             self._metrics.set_gauges(snapshot, decisions)
             self._gauges.refreshed(started)

@@ -54,9 +54,13 @@ def test_costly_refreshes_are_spaced_by_their_cost(cost: float, after: float, du
     assert pacer.due() is due
 
 
-def test_a_forced_refresh_is_always_due() -> None:
+def test_a_costly_refresh_is_due_again_once_its_interval_passed() -> None:
     clock = FakeClock()
     pacer = GaugePacer(clock=clock)
     refresh(pacer, clock, 5.0)
+    clock.t += 99.0
     assert not pacer.due()
-    assert pacer.due(force=True)
+    clock.t += 1.0
+    assert pacer.due()
+    refresh(pacer, clock, 0.001)  # the backlog drained: cheap again, every cycle
+    assert pacer.due()
