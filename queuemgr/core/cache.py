@@ -23,7 +23,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.placement import FreeIndex, build_free_index, reindex
+from queuemgr.core.node_topology import FreeIndex, build_free_index, reindex
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import QueueBook
 from queuemgr.core.resources import ResourceName, Resources

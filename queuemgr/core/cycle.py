@@ -7,8 +7,9 @@ The phases (after Kueue's ``pkg/scheduler``):
 
 1. heads: each ClusterQueue offers its first pending workload, in queue order;
 2. snapshot: quota and node overlays over the snapshot, which stays untouched;
-3. nominate: each head gets the first flavor whose quota it fits, and so a
-   class (fits within nominal, or must borrow) and a weighted dominant share;
+3. nominate (core.nomination): each head gets the first flavor whose quota it
+   fits, and so a class (fits within nominal, or must borrow) and a weighted
+   dominant share;
 4. order: heads are taken from a heap by (class, share after admission,
    priority, creation, namespace/name). A key depends on its own queue's
    usage, which changes only when that queue admits (and then it offers a
@@ -19,6 +20,9 @@ The phases (after Kueue's ``pkg/scheduler``):
    admits everything that fits (not one head per queue);
 6. requeue: every workload left gets a reason, a message and its positions.
 
+Whether a workload could ever be admitted is core.admissibility's question;
+reservations and backfill are core.backfill's.
+
 What must stay true: same snapshot, same decisions; a gang is admitted whole
 or not at all; nothing admitted takes quota or node capacity that is not free.
 Because a cycle only ever adds usage, a shape that failed in a queue fails
@@ -28,9 +32,9 @@ again for the rest of the cycle, and that verdict is reused.
 from __future__ import annotations
 
 import heapq
-import math
 from functools import partial
 
+from queuemgr.core.admissibility import inadmissible, unroutable_verdict
 from queuemgr.core.backfill import Backfill
 from queuemgr.core.model import (
     Admission,
@@ -44,11 +48,12 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.partial import largest_fit, partial_pod_set, smallest, with_count
+from queuemgr.core.nomination import HeapEntry, Nomination, Nominator
+from queuemgr.core.partial import largest_fit, partial_pod_set, with_count
 from queuemgr.core.placement import NodePool
-from queuemgr.core.policy import Ordering, PreemptorAdmission
+from queuemgr.core.policy import PreemptorAdmission
 from queuemgr.core.preemption import Preemptor, may_preempt
-from queuemgr.core.queues import Cursor, Rank
+from queuemgr.core.queues import Cursor
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
@@ -60,36 +65,7 @@ from queuemgr.core.reasons import (
     describe_fit_failure,
 )
 from queuemgr.core.resources import Resources
-from queuemgr.core.snapshot import Config, Snapshot
-
-# Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
-# (taken first: it admits nothing, so it cannot change anyone else's fate).
-_NO_QUOTA = -1
-_NOMINAL = 0
-_BORROWING = 1
-
-_NO_SHARE = 0.0
-
-# The share is exact (a Fraction) in the ledger; the heap orders by its float,
-# which is monotone in the exact value and far cheaper to compare. Values
-# closer than a float can tell apart tie, and ties fall to the next fields.
-HeapKey = tuple[int, float, int, float, str]
-
-
-class _Nomination:
-    """The flavor picked for a head (None: no quota fits) and the checks behind it."""
-
-    __slots__ = ("checks", "flavor", "version")
-
-    def __init__(
-        self, flavor: FlavorName | None, checks: dict[FlavorName, QuotaCheck], version: int
-    ) -> None:
-        self.flavor = flavor
-        self.checks = checks
-        self.version = version
-
-
-HeapEntry = tuple[HeapKey, ClusterQueueName, _Nomination]
+from queuemgr.core.snapshot import Snapshot
 
 
 class _Stale:
@@ -124,83 +100,11 @@ class _Cycle:
         )
         self.evictions: list[Eviction] = []
         self.backfill = Backfill(snapshot, now)
-        # (queue, shape[, LocalQueue]) -> (ledger version, class, share, nomination)
-        self._nominations: dict[tuple[object, ...], tuple[int, int, float, _Nomination]] = {}
-        # Ordering by usage: within these queues, and among these queues' borrowers.
-        self._usage_within: set[ClusterQueueName] = set()
-        self._usage_across: set[ClusterQueueName] = set()
-        default = snapshot.policy.ordering
-        if default is Ordering.USAGE or config.orderings:
-            for name in config.cluster_queues:
-                own, cohort = config.orderings.get(name, (None, None))
-                if (own or cohort or default) is Ordering.USAGE:
-                    self._usage_within.add(name)
-                if (cohort or default) is Ordering.USAGE:
-                    self._usage_across.add(name)
-
-    # -- phase 3: nominate ------------------------------------------------
-    def nominate(self, cq: ClusterQueue, w: Workload) -> HeapEntry:
-        # Heads of one shape (and LocalQueue, when usage ranks borrowers) get the same
-        # class, share and flavor until something is admitted: reuse them.
-        memo_key: tuple[object, ...] | None = None
-        if w.partial_pod_set is None:
-            memo_key = (cq.name, w.shape)
-            if cq.name in self._usage_across:
-                memo_key = (cq.name, w.shape, w.namespace, w.queue)
-            hit = self._nominations.get(memo_key)
-            if hit is not None and hit[0] == self.ledger.version:
-                _, cls, share, nomination = hit
-                return ((cls, share, -w.priority, w.created_at, w.id), cq.name, nomination)
-        request = w.total_requests
-        checks: dict[FlavorName, QuotaCheck] = {}
-        for fq in cq.flavors:
-            check = self.ledger.check(cq.name, fq.flavor, request)
-            checks[fq.flavor] = check
-            if check.fits:
-                cls, share = _NOMINAL, _NO_SHARE
-                if check.borrowing:
-                    cls = _BORROWING
-                    if cq.name in self._usage_across:
-                        share = self._usage_share(cq, w)
-                    else:
-                        infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
-                        share = math.inf if infinite else float(exact)
-                nomination = _Nomination(fq.flavor, checks, self.ledger.version)
-                if memo_key is not None:
-                    self._nominations[memo_key] = (self.ledger.version, cls, share, nomination)
-                return ((cls, share, -w.priority, w.created_at, w.id), cq.name, nomination)
-        low = smallest(w) if w.partial_pod_set is not None else None
-        if low is not None:
-            # Partial admission: ranked by the least it would take. Version -1: the
-            # full request's checks are made again when it is tried.
-            ranked, _name, least = self.nominate(cq, low)
-            if least.flavor is not None:
-                return (ranked, cq.name, _Nomination(least.flavor, checks, -1))
-        nomination = _Nomination(None, checks, self.ledger.version)
-        if memo_key is not None:
-            self._nominations[memo_key] = (self.ledger.version, _NO_QUOTA, _NO_SHARE, nomination)
-        return ((_NO_QUOTA, _NO_SHARE, -w.priority, w.created_at, w.id), cq.name, nomination)
-
-    def _usage_share(self, cq: ClusterQueue, w: Workload) -> float:
-        """Decayed usage of w's LocalQueue per its ClusterQueue's weight."""
-        used = self.snapshot.queue_usage.get((w.namespace, w.queue), 0.0)
-        if cq.weight == 0:
-            return math.inf if used > 0 else 0.0
-        return used / float(cq.weight)
-
-    def _rank(self, name: ClusterQueueName) -> Rank | None:
-        return self._usage_rank if name in self._usage_within else None
-
-    def _usage_rank(self, w: Workload) -> tuple[object, ...]:
-        # The LocalQueue's key comes first, so each run (one LocalQueue) stays in order.
-        cq = self.snapshot.config.queue_for(w)
-        queue = self.snapshot.config.cluster_queues[cq] if cq is not None else None
-        share = self._usage_share(queue, w) if queue is not None else 0.0
-        return (share, w.namespace, w.queue, *w.order_key)
+        self.nominator = Nominator(snapshot, self.ledger)
 
     # -- phase 5: admit ---------------------------------------------------
     def try_admit(
-        self, cq: ClusterQueue, w: Workload, nomination: _Nomination
+        self, cq: ClusterQueue, w: Workload, nomination: Nomination
     ) -> Verdict | _Stale | None:
         """Admit ``w`` and return None, or return why it cannot be admitted now.
 
@@ -336,34 +240,7 @@ class _Cycle:
         )
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        """A verdict when no flavor could ever take ``w``, however idle the cluster."""
-        memo = self.snapshot.config.never_fits
-        key = (cq.name, w.shape)
-        if key not in memo:
-            # A partial workload can never fit only if its smallest form cannot.
-            memo[key] = self._never_fits(cq, smallest(w) or w)
-        return memo[key]
-
-    def _never_fits(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        topo = self.snapshot.config.quota_topology
-        nodes = self.snapshot.config.node_topology
-        why: list[str] = []
-        for fq in cq.flavors:
-            over = [
-                (r, v, topo.max_usage(cq.name, fq.flavor, r))
-                for r, v in sorted(w.total_requests.items())
-                if v > topo.max_usage(cq.name, fq.flavor, r)
-            ]
-            if over:
-                r, v, most = over[0]
-                why.append(f"{fq.flavor}: needs {v} {r}, quota allows at most {most}")
-            elif not nodes.fits_empty(fq.flavor, w.shape, w.pod_sets):
-                why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")
-            else:
-                return None
-        if not why:
-            why.append(f"ClusterQueue {cq.name!r} has no flavors")
-        return Verdict(reason=PendingReason.INADMISSIBLE, detail="; ".join(why))
+        return inadmissible(self.snapshot.config, cq, w)
 
     def _admit(
         self,
@@ -427,11 +304,11 @@ class _Cycle:
             cq = config.cluster_queues.get(name)
             if cq is None:
                 continue
-            cur = Cursor(self.snapshot.pending[name], self._rank(name))
+            cur = Cursor(self.snapshot.pending[name], self.nominator.rank(name))
             cursors[name] = cur
             head = cur.head()
             if head is not None:
-                heapq.heappush(heap, self.nominate(cq, head))
+                heapq.heappush(heap, self.nominator.nominate(cq, head))
         while heap:
             _key, name, nomination = heapq.heappop(heap)
             cur = cursors[name]
@@ -440,7 +317,7 @@ class _Cycle:
             assert w is not None
             verdict = self.try_admit(cq, w, nomination)
             if verdict is _STALE:
-                heapq.heappush(heap, self.nominate(cq, w))
+                heapq.heappush(heap, self.nominator.nominate(cq, w))
                 continue
             assert not isinstance(verdict, _Stale)
             if verdict is None:
@@ -462,7 +339,7 @@ class _Cycle:
                 cur.drop_shape()
             head = cur.head()
             if head is not None:
-                heapq.heappush(heap, self.nominate(cq, head))
+                heapq.heappush(heap, self.nominator.nominate(cq, head))
 
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
         return self.backfill.eta(w, cq_name, self.admitted, self.evictions)
@@ -473,7 +350,7 @@ class _Cycle:
         for w in self.snapshot.unroutable:
             self.verdicts[w.id] = unroutable_verdict(config, w)
         statuses = PendingStatuses(
-            ranks={name: self._usage_rank for name in self._usage_within},
+            ranks={name: self.nominator.usage_rank for name in self.nominator.usage_within},
             queues=self.snapshot.pending,
             unroutable=self.snapshot.unroutable,
             verdicts=self.verdicts,
@@ -488,20 +365,6 @@ class _Cycle:
             evicted=tuple(self.evictions),
             reservations=tuple(self.backfill.reservations.values()),
         )
-
-
-def unroutable_verdict(config: Config, w: Workload) -> Verdict:
-    lq = config.local_queues.get((w.namespace, w.queue))
-    if lq is None:
-        message = f"LocalQueue {w.namespace}/{w.queue} does not exist"
-    elif lq.cluster_queue not in config.cluster_queues:
-        message = (
-            f"ClusterQueue {lq.cluster_queue!r} of LocalQueue {w.namespace}/{w.queue} "
-            "does not exist"
-        )
-    else:
-        message = f"namespace {w.namespace!r} may not use ClusterQueue {lq.cluster_queue!r}"
-    return Verdict(reason=PendingReason.INADMISSIBLE, detail=message)
 
 
 def schedule(snapshot: Snapshot, now: float) -> Decisions:

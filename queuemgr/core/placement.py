@@ -9,9 +9,8 @@ selector and whose taints it tolerates, and no node's free capacity goes
 below zero. A gang is placed whole or not at all. Among equal choices the
 result is deterministic: best fit (least free first), then node name.
 
-Speed: nodes of one flavor with the same taints form a class, and within a
-class nodes with the same free capacity form one group, so a fit test costs
-one division per distinct free vector rather than one per node. Node
+Speed: the node classes and free-capacity groups of core.node_topology make a
+fit test cost one division per distinct free vector rather than one per node. Node
 selectors are checked per node, and only for pod sets that have one, since
 labels such as a rack or a hostname would split classes into single nodes.
 
@@ -19,118 +18,20 @@ Topology: a pod set that requires (or prefers) a label key such as ``rack``
 is placed on the nodes of one value of that label (a domain), the smallest
 domain that holds it; a preferred one spans as few domains as it can. Only
 such pod sets take that slower path; the others never look at domains.
+Which domains is core.domains' choice; filling their nodes is done here.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from queuemgr.core.model import (
-    FlavorName,
-    Node,
-    NodeName,
-    PodSet,
-    PodSetPlacement,
-    ResourceFlavor,
-    Taint,
-    tolerated,
-)
+from queuemgr.core.domains import dominant as dominant_resource
+from queuemgr.core.domains import plan_domains
+from queuemgr.core.model import FlavorName, NodeName, PodSet, PodSetPlacement
+from queuemgr.core.node_topology import FreeIndex, NodeClass, NodeTopology, free_key
 from queuemgr.core.resources import GPU, ResourceName, Resources, format_quantity, how_many
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class NodeClass:
-    index: int
-    flavor: FlavorName
-    taints: tuple[Taint, ...]
-    resources: tuple[ResourceName, ...]  # key order: GPUs first, then by name
-    nodes: tuple[NodeName, ...]
-
-
-class NodeTopology:
-    """Schedulable nodes by flavor and class; built once per configuration."""
-
-    def __init__(
-        self, flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
-    ) -> None:
-        self.nodes = nodes
-        self.flavor_of: dict[NodeName, FlavorName] = {}
-        groups: dict[tuple[FlavorName, tuple[Taint, ...]], list[Node]] = {}
-        flavor_names = sorted(flavors)
-        for name in sorted(nodes):
-            node = nodes[name]
-            match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
-            if match is None or not node.schedulable:
-                continue
-            self.flavor_of[name] = match
-            # A flavor's taints hold on all its nodes, as in Kueue's nodeTaints.
-            extra = tuple(t for t in flavors[match].taints if t not in node.taints)
-            groups.setdefault((match, node.taints + extra), []).append(node)
-        self.classes: list[NodeClass] = []
-        self.class_of: dict[NodeName, NodeClass] = {}
-        self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
-        for (flavor, taints), members in groups.items():
-            names: set[ResourceName] = set()
-            for n in members:
-                names.update(n.allocatable)
-            ordered = tuple(sorted(names, key=lambda r: (r != GPU, r)))
-            cls = NodeClass(
-                index=len(self.classes),
-                flavor=flavor,
-                taints=taints,
-                resources=ordered,
-                nodes=tuple(n.name for n in members),
-            )
-            self.classes.append(cls)
-            for n in members:
-                self.class_of[n.name] = cls
-            self.by_flavor.setdefault(cls.flavor, []).append(cls)
-        self._empty_fit: dict[tuple[FlavorName, object], bool] = {}
-        self._candidates: dict[tuple[object, ...], list[NodeClass]] = {}
-        self._domains: dict[tuple[FlavorName, str], dict[NodeName, str]] = {}
-
-    def domain_of(self, flavor: FlavorName, key: str) -> Mapping[NodeName, str]:
-        """The value of label ``key`` of each of the flavor's nodes that carries it."""
-        hit = self._domains.get((flavor, key))
-        if hit is None:
-            hit = {}
-            for cls in self.by_flavor.get(flavor, ()):
-                for name in cls.nodes:
-                    value = self.nodes[name].labels.get(key)
-                    if value is not None:
-                        hit[name] = value
-            self._domains[(flavor, key)] = hit
-        return hit
-
-    def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
-        key = (flavor, tuple(sorted(pod_set.node_selector.items())), pod_set.tolerations)
-        hit = self._candidates.get(key)
-        if hit is None:
-            hit = self._candidates[key] = self._match(flavor, pod_set)
-        return hit
-
-    def _match(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
-        return [
-            cls
-            for cls in self.by_flavor.get(flavor, ())
-            if tolerated(cls.taints, pod_set.tolerations)
-        ]
-
-    def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
-        labels = self.nodes[name].labels
-        return all(labels.get(k) == v for k, v in pod_set.node_selector.items())
-
-    def fits_empty(self, flavor: FlavorName, shape: object, pod_sets: tuple[PodSet, ...]) -> bool:
-        """Could the gang fit on this flavor's nodes if they were all empty?"""
-        key = (flavor, shape)
-        hit = self._empty_fit.get(key)
-        if hit is None:
-            empty = NodePool(self, {n: self.nodes[n].allocatable for n in self.flavor_of})
-            hit = empty.place(flavor, pod_sets) is not None
-            self._empty_fit[key] = hit
-        return hit
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,46 +65,6 @@ class FitFailure:
             f"{self.pod_set!r} ({self.needed} pods); the largest {key} ({self.domain}) has "
             f"{format_quantity(r, self.domain_free)} free and holds {self.domain_pods} such pods"
         )
-
-
-# class index -> free vector -> the class's nodes with that much free, by name
-FreeIndex = Mapping[int, Mapping[tuple[int, ...], Sequence[NodeName]]]
-_MutableIndex = dict[int, dict[tuple[int, ...], tuple[NodeName, ...]]]
-
-
-def free_key(cls: NodeClass, free: Resources) -> tuple[int, ...]:
-    return tuple(free.get(r, 0) for r in cls.resources)
-
-
-def build_free_index(topology: NodeTopology, free: Mapping[NodeName, Resources]) -> _MutableIndex:
-    out: _MutableIndex = {}
-    for cls in topology.classes:
-        groups: dict[tuple[int, ...], list[NodeName]] = {}
-        for node in cls.nodes:  # nodes are in name order, so each group is too
-            groups.setdefault(free_key(cls, free.get(node, {})), []).append(node)
-        out[cls.index] = {k: tuple(v) for k, v in groups.items()}
-    return out
-
-
-def reindex(
-    index: _MutableIndex, cls: NodeClass, node: NodeName, old: Resources, new: Resources
-) -> None:
-    """Move ``node`` between groups, replacing (never mutating) what snapshots may hold."""
-    old_key, new_key = free_key(cls, old), free_key(cls, new)
-    if old_key == new_key:
-        return
-    groups = dict(index[cls.index])
-    members = groups[old_key]
-    at = bisect.bisect_left(members, node)  # groups are sorted by name
-    left = (*members[:at], *members[at + 1 :])
-    if left:
-        groups[old_key] = left
-    else:
-        del groups[old_key]
-    target = groups.get(new_key, ())
-    at = bisect.bisect_left(target, node)
-    groups[new_key] = (*target[:at], node, *target[at:])
-    index[cls.index] = groups
 
 
 class NodePool:
@@ -315,7 +176,7 @@ class NodePool:
             remaining = ps.count
             if key is not None:
                 domain_of = self.topology.domain_of(flavor, key)
-                dominant = _dominant(ps)
+                dominant = dominant_resource(ps)
                 room, free = self._domains(flavor, ps, taken, domain_of, dominant)
                 plan = plan_domains(ps.count, room, free, spill=ps.topology_required is None)
                 if plan is None:
@@ -482,41 +343,6 @@ class NodePool:
             bisect.insort(target, node)
 
 
-def plan_domains(
-    count: int, room: Mapping[str, int], free: Mapping[str, int], *, spill: bool
-) -> list[str] | None:
-    """The domains to fill, in order, for ``count`` pods; None if one domain must and cannot.
-
-    One domain holds them: the one with the least free dominant resource (best fit,
-    ties by value). Otherwise, with ``spill`` (a preferred topology), as few domains as
-    possible: while no single domain holds the rest, the one with the most room; then
-    the best fit for the rest. Without ``spill`` (a required topology) that is a failure.
-    Should the domains together hold too little, all are listed.
-    """
-    fits = [v for v, n in room.items() if n >= count]
-    if fits:
-        return [min(fits, key=lambda v: (free.get(v, 0), v))]
-    if not spill:
-        return None
-    plan: list[str] = []
-    left = sorted((v for v, n in room.items() if n > 0), key=lambda v: (-room[v], v))
-    rest = count
-    while rest > 0 and left:
-        fits = [v for v in left if room[v] >= rest]
-        pick = min(fits, key=lambda v: (free.get(v, 0), v)) if fits else left[0]
-        plan.append(pick)
-        left.remove(pick)
-        rest -= room[pick]
-    return plan
-
-
-def _dominant(ps: PodSet) -> ResourceName | None:
-    """The resource that sizes a domain for ``ps``: GPUs if asked for, else the first by name."""
-    if ps.requests.get(GPU, 0) > 0:
-        return GPU
-    return min((r for r, v in ps.requests.items() if v > 0), default=None)
-
-
 def how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:
     """Pods of ``req`` that ``free`` holds: never negative (an overcommitted node holds
     none), unbounded when nothing is requested."""
@@ -531,3 +357,17 @@ def how_many_tuple(req: tuple[int, ...], free: tuple[int, ...]) -> int:
 
 def _minus(a: Resources, b: Resources) -> dict[ResourceName, int]:
     return {r: a.get(r, 0) - b.get(r, 0) for r in set(a) | set(b)}
+
+
+def fits_empty(
+    topology: NodeTopology, flavor: FlavorName, shape: object, pod_sets: tuple[PodSet, ...]
+) -> bool:
+    """Could the gang fit on this flavor's nodes if they were all empty?"""
+    key = (flavor, shape)
+    hit = topology.empty_fit.get(key)
+    if hit is None:
+        nodes = topology.nodes
+        empty = NodePool(topology, {n: nodes[n].allocatable for n in topology.flavor_of})
+        hit = empty.place(flavor, pod_sets) is not None
+        topology.empty_fit[key] = hit
+    return hit

@@ -34,7 +34,8 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.placement import NodePool, NodeTopology
+from queuemgr.core.node_topology import NodeTopology
+from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger, QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources
 from queuemgr.core.snapshot import Snapshot, admitted_requests

@@ -31,7 +31,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.placement import FreeIndex, NodeTopology
+from queuemgr.core.node_topology import FreeIndex, NodeTopology
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import PendingQueue
 from queuemgr.core.quota import QuotaTopology

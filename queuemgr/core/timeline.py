@@ -30,7 +30,8 @@ from queuemgr.core.model import (
     PodSetPlacement,
     WorkloadId,
 )
-from queuemgr.core.placement import NodeClass, free_key, how_many_tuple
+from queuemgr.core.node_topology import NodeClass, free_key
+from queuemgr.core.placement import how_many_tuple
 from queuemgr.core.resources import ResourceName, how_many
 from queuemgr.core.snapshot import Snapshot
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, PodSet
-from queuemgr.core.placement import NodePool, build_free_index
+from queuemgr.core.node_topology import build_free_index
+from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU, ResourceName

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from queuemgr.core.domains import plan_domains
 from queuemgr.core.model import Admission, FlavorName, Node, NodeName, PodSet
-from queuemgr.core.placement import NodePool, NodeTopology, plan_domains
+from queuemgr.core.node_topology import NodeTopology
+from queuemgr.core.placement import NodePool
 from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU
 from tests.builders import (

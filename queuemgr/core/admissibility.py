@@ -1,0 +1,68 @@
+"""Admissibility: whether a workload could ever be admitted, and why not.
+
+Why it exists: a workload that no flavor of its ClusterQueue could ever hold
+(its quota could never grow that far, or no set of empty nodes holds the gang),
+or that cannot reach a ClusterQueue at all, waits as ``Inadmissible`` and must
+neither block a StrictFIFO queue nor get a reservation. The cycle (core.cycle)
+asks; this module answers from the configuration alone.
+
+What must stay true: the answer depends only on the configuration and the
+workload's shape (so it is memoised per ClusterQueue and shape on the
+configuration); a partial workload is inadmissible only if its smallest form
+is; every message names the flavor and the numbers.
+"""
+
+from __future__ import annotations
+
+from queuemgr.core.model import ClusterQueue, Workload
+from queuemgr.core.partial import smallest
+from queuemgr.core.placement import fits_empty
+from queuemgr.core.reasons import PendingReason, Verdict
+from queuemgr.core.snapshot import Config
+
+
+def inadmissible(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:
+    """A verdict when no flavor could ever take ``w``, however idle the cluster."""
+    memo = config.never_fits
+    key = (cq.name, w.shape)
+    if key not in memo:
+        # A partial workload can never fit only if its smallest form cannot.
+        memo[key] = _never_fits(config, cq, smallest(w) or w)
+    return memo[key]
+
+
+def _never_fits(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:
+    topo = config.quota_topology
+    nodes = config.node_topology
+    why: list[str] = []
+    for fq in cq.flavors:
+        over = [
+            (r, v, topo.max_usage(cq.name, fq.flavor, r))
+            for r, v in sorted(w.total_requests.items())
+            if v > topo.max_usage(cq.name, fq.flavor, r)
+        ]
+        if over:
+            r, v, most = over[0]
+            why.append(f"{fq.flavor}: needs {v} {r}, quota allows at most {most}")
+        elif not fits_empty(nodes, fq.flavor, w.shape, w.pod_sets):
+            why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")
+        else:
+            return None
+    if not why:
+        why.append(f"ClusterQueue {cq.name!r} has no flavors")
+    return Verdict(reason=PendingReason.INADMISSIBLE, detail="; ".join(why))
+
+
+def unroutable_verdict(config: Config, w: Workload) -> Verdict:
+    """Why a workload reaches no ClusterQueue: its LocalQueue, or the namespace rule."""
+    lq = config.local_queues.get((w.namespace, w.queue))
+    if lq is None:
+        message = f"LocalQueue {w.namespace}/{w.queue} does not exist"
+    elif lq.cluster_queue not in config.cluster_queues:
+        message = (
+            f"ClusterQueue {lq.cluster_queue!r} of LocalQueue {w.namespace}/{w.queue} "
+            "does not exist"
+        )
+    else:
+        message = f"namespace {w.namespace!r} may not use ClusterQueue {lq.cluster_queue!r}"
+    return Verdict(reason=PendingReason.INADMISSIBLE, detail=message)

@@ -1,0 +1,156 @@
+"""The schedulable nodes of each flavor, in classes, and their free capacity by group.
+
+Why it exists: placement (core.placement) and reservation planning
+(core.timeline, core.reservations) walk nodes many times per cycle. Nodes of
+one flavor with the same taints form a class, and within a class nodes with
+the same free capacity form one group, so a fit test costs one division per
+distinct free vector rather than one per node. This module builds the classes
+once per configuration and keeps the groups (the free index) up to date.
+
+What must stay true: a node belongs to the first flavor, by name, whose
+labels it carries, and only if it is schedulable; a class's resources are in
+key order (GPUs first, then by name), so comparing free vectors compares GPUs
+first; every group is sorted by node name; an index handed to a snapshot is
+never mutated (``reindex`` replaces groups, it does not edit them).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from queuemgr.core.model import (
+    FlavorName,
+    Node,
+    NodeName,
+    PodSet,
+    ResourceFlavor,
+    Taint,
+    tolerated,
+)
+from queuemgr.core.resources import GPU, ResourceName, Resources
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeClass:
+    index: int
+    flavor: FlavorName
+    taints: tuple[Taint, ...]
+    resources: tuple[ResourceName, ...]  # key order: GPUs first, then by name
+    nodes: tuple[NodeName, ...]
+
+
+class NodeTopology:
+    """Schedulable nodes by flavor and class; built once per configuration."""
+
+    def __init__(
+        self, flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
+    ) -> None:
+        self.nodes = nodes
+        self.flavor_of: dict[NodeName, FlavorName] = {}
+        groups: dict[tuple[FlavorName, tuple[Taint, ...]], list[Node]] = {}
+        flavor_names = sorted(flavors)
+        for name in sorted(nodes):
+            node = nodes[name]
+            match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
+            if match is None or not node.schedulable:
+                continue
+            self.flavor_of[name] = match
+            # A flavor's taints hold on all its nodes, as in Kueue's nodeTaints.
+            extra = tuple(t for t in flavors[match].taints if t not in node.taints)
+            groups.setdefault((match, node.taints + extra), []).append(node)
+        self.classes: list[NodeClass] = []
+        self.class_of: dict[NodeName, NodeClass] = {}
+        self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
+        for (flavor, taints), members in groups.items():
+            names: set[ResourceName] = set()
+            for n in members:
+                names.update(n.allocatable)
+            ordered = tuple(sorted(names, key=lambda r: (r != GPU, r)))
+            cls = NodeClass(
+                index=len(self.classes),
+                flavor=flavor,
+                taints=taints,
+                resources=ordered,
+                nodes=tuple(n.name for n in members),
+            )
+            self.classes.append(cls)
+            for n in members:
+                self.class_of[n.name] = cls
+            self.by_flavor.setdefault(cls.flavor, []).append(cls)
+        # (flavor, shape) -> whether the gang fits the flavor's empty nodes (core.placement)
+        self.empty_fit: dict[tuple[FlavorName, object], bool] = {}
+        self._candidates: dict[tuple[object, ...], list[NodeClass]] = {}
+        self._domains: dict[tuple[FlavorName, str], dict[NodeName, str]] = {}
+
+    def domain_of(self, flavor: FlavorName, key: str) -> Mapping[NodeName, str]:
+        """The value of label ``key`` of each of the flavor's nodes that carries it."""
+        hit = self._domains.get((flavor, key))
+        if hit is None:
+            hit = {}
+            for cls in self.by_flavor.get(flavor, ()):
+                for name in cls.nodes:
+                    value = self.nodes[name].labels.get(key)
+                    if value is not None:
+                        hit[name] = value
+            self._domains[(flavor, key)] = hit
+        return hit
+
+    def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+        key = (flavor, tuple(sorted(pod_set.node_selector.items())), pod_set.tolerations)
+        hit = self._candidates.get(key)
+        if hit is None:
+            hit = self._candidates[key] = self._match(flavor, pod_set)
+        return hit
+
+    def _match(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+        return [
+            cls
+            for cls in self.by_flavor.get(flavor, ())
+            if tolerated(cls.taints, pod_set.tolerations)
+        ]
+
+    def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
+        labels = self.nodes[name].labels
+        return all(labels.get(k) == v for k, v in pod_set.node_selector.items())
+
+
+# class index -> free vector -> the class's nodes with that much free, by name
+FreeIndex = Mapping[int, Mapping[tuple[int, ...], Sequence[NodeName]]]
+MutableIndex = dict[int, dict[tuple[int, ...], tuple[NodeName, ...]]]
+
+
+def free_key(cls: NodeClass, free: Resources) -> tuple[int, ...]:
+    return tuple(free.get(r, 0) for r in cls.resources)
+
+
+def build_free_index(topology: NodeTopology, free: Mapping[NodeName, Resources]) -> MutableIndex:
+    out: MutableIndex = {}
+    for cls in topology.classes:
+        groups: dict[tuple[int, ...], list[NodeName]] = {}
+        for node in cls.nodes:  # nodes are in name order, so each group is too
+            groups.setdefault(free_key(cls, free.get(node, {})), []).append(node)
+        out[cls.index] = {k: tuple(v) for k, v in groups.items()}
+    return out
+
+
+def reindex(
+    index: MutableIndex, cls: NodeClass, node: NodeName, old: Resources, new: Resources
+) -> None:
+    """Move ``node`` between groups, replacing (never mutating) what snapshots may hold."""
+    old_key, new_key = free_key(cls, old), free_key(cls, new)
+    if old_key == new_key:
+        return
+    groups = dict(index[cls.index])
+    members = groups[old_key]
+    at = bisect.bisect_left(members, node)  # groups are sorted by name
+    left = (*members[:at], *members[at + 1 :])
+    if left:
+        groups[old_key] = left
+    else:
+        del groups[old_key]
+    target = groups.get(new_key, ())
+    at = bisect.bisect_left(target, node)
+    groups[new_key] = (*target[:at], node, *target[at:])
+    index[cls.index] = groups
