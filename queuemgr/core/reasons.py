@@ -155,6 +155,9 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         w, cq = self._find(wid)
         return self._eta(w, cq, self._resolve(w, cq))
 
+    def __contains__(self, wid: object) -> bool:
+        return wid in (self._index if self._index is not None else self._locate()[0])
+
     def _find(self, wid: WorkloadId) -> tuple[Workload, ClusterQueueName | None]:
         if self._index is not None:
             w, cq, _, _ = self._index[wid]

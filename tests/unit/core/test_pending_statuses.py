@@ -46,3 +46,15 @@ def test_admitted_workloads_are_not_pending() -> None:
     assert WorkloadId("b/fits") in decisions.admitted_ids()
     assert WorkloadId("b/fits") not in decisions.pending
     assert WorkloadId("a/running") not in decisions.pending
+
+
+def test_membership_and_verdicts_do_not_count_positions() -> None:
+    pending = schedule(_world().snapshot(), 100.0).pending
+    for wid in IDS:
+        assert wid in pending
+        pending.verdict(wid)
+        pending.eta_by_id(wid)
+    # Counting ranks every queue: O(pending log pending), paid only when positions are read.
+    assert pending._index is None
+    assert pending["a/later"].position_in_local_queue == 2
+    assert pending._index is not None
