@@ -1,10 +1,11 @@
 """``queuemgr demo``: the real service on a simulated four-node cluster, watched live.
 
 Why it exists: it is the first command to run on a fresh machine. It needs
-nothing but the package: :mod:`queuemgr.service.demo` prepares a database,
-runs the service and submits a seeded burst; this module only parses the
-options, draws what the database shows (a ``rich`` live view, or one line per
-event when stdout is not a terminal) and prints the summary.
+nothing but the package: :mod:`queuemgr.service.demo_database` prepares a
+database, :mod:`queuemgr.service.demo` runs the service and submits a seeded
+burst; this module only parses the options, draws what the database shows (a
+``rich`` live view, or one line per event when stdout is not a terminal) and
+prints the summary.
 
 What must stay true: bad options exit 2 naming the option and the value; a
 database or migration failure exits 1 with one line on stderr; never a
@@ -40,16 +41,9 @@ from rich.text import Text
 from queuemgr.cli.errors import BadInput, CliError, handled
 from queuemgr.cli.output import print_table
 from queuemgr.service.burst import MIN_JOBS
-from queuemgr.service.demo import (
-    Demo,
-    DemoDatabase,
-    DemoError,
-    Event,
-    Frame,
-    QueueLine,
-    Summary,
-    prepare_database,
-)
+from queuemgr.service.demo import Demo
+from queuemgr.service.demo_database import DemoDatabase, DemoError, prepare_database
+from queuemgr.service.demo_figures import Event, Frame, QueueLine, Summary
 from queuemgr.store.embedded import EmbeddedPostgresError
 from queuemgr.store.migrate import MigrationError
 

@@ -1,4 +1,4 @@
-"""The engine of ``queuemgr demo``: a database of its own, the real service, a burst, figures.
+"""The engine of ``queuemgr demo``: the real service, a burst on time, and what it shows.
 
 Why it exists: on a fresh machine, one command should show what queuemgr
 does: tenants borrowing idle GPUs, reclaiming them by preemption, gangs
@@ -6,20 +6,9 @@ admitted whole. Nothing here simulates the scheduler: :class:`Demo` runs the
 composition root (:class:`~queuemgr.service.app.Service`: loop, NOTIFY, leader
 election, simulated backend) on the cluster file ``demo_cluster.yaml``,
 submits the seeded burst of :mod:`queuemgr.service.burst` on time, and reads
-what happened back from the database for the view and the summary.
-
-Which database (:func:`prepare_database`):
-
-- ``QUEUEMGR_DATABASE_URL`` when set: it must be a clean slate (no tables but
-  an empty queuemgr schema), else :class:`DemoError` and nothing is written;
-- else an embedded Postgres in its own data directory, ``<data dir>/demo``
-  (``QUEUEMGR_DATA_DIR`` moves the data dir), whose ``postgres`` database is
-  dropped and recreated at every start. The user's own embedded database is
-  never touched, and after the demo ``QUEUEMGR_DATA_DIR=<data dir>/demo
-  queuemgr ...`` explores it: the CLI starts that server again by itself.
-
-Either way the demo migrates the database itself (``alembic upgrade head``),
-the one command that does.
+what happened back from the database for the view and the summary
+(:mod:`queuemgr.service.demo_figures`). The database it runs on comes from
+:func:`queuemgr.service.demo_database.prepare_database`.
 
 What must stay true: the summary's counts, waits and utilization are computed
 from the workload rows (:mod:`queuemgr.store.readouts`); admissions and
@@ -31,7 +20,6 @@ node holds more GPUs than it has, and a violation is reported, never hidden.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
@@ -42,9 +30,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import NodeName
 from queuemgr.core.resources import GPU
@@ -53,266 +38,27 @@ from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.app import Service
 from queuemgr.service.burst import Submission, horizon, plan
 from queuemgr.service.config import ServiceConfig
-from queuemgr.sim.report import percentile
-from queuemgr.store import migrate
-from queuemgr.store.config import load_config
-from queuemgr.store.database import (
-    DATA_DIR_ENV,
-    URL_ENV,
-    check_connection,
-    create_engine,
-    data_dir,
-    normalize_url,
-    resolve_url,
+from queuemgr.service.demo_database import DemoDatabase
+from queuemgr.service.demo_figures import (
+    Event,
+    Frame,
+    NodeLine,
+    QueueLine,
+    Summary,
+    summarize_rows,
 )
+from queuemgr.store.config import load_config
+from queuemgr.store.database import create_engine
 from queuemgr.store.notify import submit_workload
-from queuemgr.store.readouts import WorkloadProgress, occupancy, workload_progress
+from queuemgr.store.readouts import WorkloadProgress, workload_progress
 
 CLUSTER_FILE = "demo_cluster.yaml"
-DEMO_DIR = "demo"  # under the embedded Postgres's data directory
 TICK = 0.25  # seconds between two reads of the database (the view's refresh)
 QUEUED = (WorkloadState.PENDING, WorkloadState.INADMISSIBLE, WorkloadState.EVICTED)
 
 
-class DemoError(RuntimeError):
-    """The demo cannot run as asked; the message is for the user."""
-
-
-# -- the database ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoDatabase:
-    url: str
-    # How the CLI finds this database: (variable, value); None when the user's own
-    # QUEUEMGR_DATABASE_URL already points at it.
-    explore: tuple[str, str] | None
-    description: str
-
-
-def _redacted(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
-
-
-def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
-    """A migrated, empty database for the demo (see the module docstring)."""
-    env = os.environ if env is None else env
-    if env.get(URL_ENV):
-        url = normalize_url(env[URL_ENV])
-        engine = create_engine(url)
-        try:
-            check_connection(engine)
-            with engine.connect() as conn:
-                held = occupancy(conn)
-        finally:
-            engine.dispose()
-        if not held.empty:
-            what = []
-            if held.tables_with_rows:
-                what.append(f"queuemgr rows in {', '.join(held.tables_with_rows)}")
-            if held.foreign_tables:
-                what.append(f"other tables: {', '.join(held.foreign_tables)}")
-            raise DemoError(
-                f"{URL_ENV}: database {make_url(url).database!r} is not empty "
-                f"({'; '.join(what)}); the demo writes only to an empty database, so it never "
-                f"mixes with real data: point {URL_ENV} at a new database, or unset it to use "
-                f"the embedded Postgres's demo directory"
-            )
-        migrate.upgrade(url)
-        return DemoDatabase(url=url, explore=None, description=_redacted(url))
-    directory = data_dir(env) / DEMO_DIR
-    url = resolve_url({DATA_DIR_ENV: str(directory)})  # starts the server, as the CLI will
-    _recreate(url)
-    migrate.upgrade(url)
-    return DemoDatabase(
-        url=url,
-        explore=(DATA_DIR_ENV, str(directory)),
-        description=f"embedded Postgres in {directory} (recreated for this run)",
-    )
-
-
-def _recreate(url: str) -> None:
-    """Drop and recreate ``url``'s database (the demo server's own), from template1."""
-    name = make_url(url).database
-    if not name:
-        raise DemoError(f"the demo database URL names no database: {_redacted(url)}")
-    admin = create_engine(
-        make_url(url).set(database="template1").render_as_string(hide_password=False),
-        isolation_level="AUTOCOMMIT",
-    )
-    try:
-        check_connection(admin)
-        quoted = '"' + name.replace('"', '""') + '"'
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
-            conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
-    finally:
-        admin.dispose()
-
-
-# -- what one read of the database shows ---------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event:
-    at: float  # seconds since the demo started
-    kind: str  # submitted | admitted | preempted | finished
-    workload: str  # namespace/name
-    gpus: int
-    detail: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueLine:
-    cluster_queue: str
-    nominal: int  # GPUs
-    used: int
-    pending: int
-    running: int
-    finished: int
-    reasons: Mapping[str, int]  # pending reason code -> workloads
-
-    @property
-    def borrowed(self) -> int:
-        return max(0, self.used - self.nominal)
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeLine:
-    name: str
-    capacity: int
-    held: Mapping[str, int]  # namespace -> GPUs
-
-    @property
-    def used(self) -> int:
-        return sum(self.held.values())
-
-
-@dataclass(frozen=True, kw_only=True)
-class Frame:
-    elapsed: float
-    queues: tuple[QueueLine, ...]
-    nodes: tuple[NodeLine, ...]
-    events: tuple[Event, ...]  # new since the previous frame, in time order
-    planned: int
-    submitted: int
-    finished: int
-    admissions: int
-    preemptions: int
-    leader: bool
-
-    @property
-    def done(self) -> bool:
-        return self.finished == self.planned
-
-
-# -- the summary -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class TenantSummary:
-    submitted: int
-    finished: int
-    admitted: int
-    wait_p50_s: float | None
-    wait_p95_s: float | None
-    gpu_seconds: float  # of runs that finished
-
-
-@dataclass(frozen=True, kw_only=True)
-class Summary:
-    outcome: str  # finished | interrupted | timed out
-    seed: int
-    speed: float
-    planned: int
-    submitted: int
-    finished: int
-    admitted: int  # workloads admitted at least once
-    admissions: int  # admission decisions, re-admissions after a preemption included
-    preemptions: int
-    preemptions_by: Mapping[str, int]  # preempting ClusterQueue -> workloads preempted
-    preemptions_seen: int  # preemptions the view saw happen
-    tenants: Mapping[str, TenantSummary]
-    gpu_capacity: int
-    span_s: float  # first submission to last finish (or now)
-    gpu_utilization: float | None  # GPU-seconds of finished runs / (capacity x span)
-    gpu_busy: float | None  # GPUs held on average over the run, sampled by the view
-    node_violations: tuple[str, ...]
-    elapsed_s: float
-
-    def doc(self) -> dict[str, Any]:
-        return {
-            "outcome": self.outcome,
-            "seed": self.seed,
-            "speed": self.speed,
-            "planned": self.planned,
-            "submitted": self.submitted,
-            "finished": self.finished,
-            "admitted": self.admitted,
-            "admissions": self.admissions,
-            "preemptions": self.preemptions,
-            "preemptions_by": dict(self.preemptions_by),
-            "preemptions_seen": self.preemptions_seen,
-            "tenants": {
-                t: {
-                    "submitted": s.submitted,
-                    "finished": s.finished,
-                    "admitted": s.admitted,
-                    "wait_p50_s": s.wait_p50_s,
-                    "wait_p95_s": s.wait_p95_s,
-                    "gpu_seconds": s.gpu_seconds,
-                }
-                for t, s in self.tenants.items()
-            },
-            "gpu_capacity": self.gpu_capacity,
-            "span_s": self.span_s,
-            "gpu_utilization": self.gpu_utilization,
-            "gpu_busy": self.gpu_busy,
-            "node_violations": list(self.node_violations),
-            "elapsed_s": self.elapsed_s,
-        }
-
-
 def _gpus(v: Mapping[Any, int]) -> int:
     return int(v.get(GPU, 0))
-
-
-def summarize_rows(
-    rows: list[WorkloadProgress], *, capacity: int, now: float
-) -> tuple[dict[str, TenantSummary], float, float | None]:
-    """Per-tenant figures, the span and the utilization, from workload rows alone.
-
-    A wait is submission to the latest admission (for a preempted workload, the
-    admission that ran it to the end); the utilization counts finished runs only.
-    """
-    tenants: dict[str, TenantSummary] = {}
-    for ns in sorted({r.namespace for r in rows}):
-        mine = [r for r in rows if r.namespace == ns]
-        waits = sorted(r.admitted_at - r.created_at for r in mine if r.admitted_at is not None)
-        tenants[ns] = TenantSummary(
-            submitted=len(mine),
-            finished=sum(1 for r in mine if r.state is WorkloadState.FINISHED),
-            admitted=len(waits),
-            wait_p50_s=percentile(waits, 50),
-            wait_p95_s=percentile(waits, 95),
-            gpu_seconds=math.fsum(_run_gpu_seconds(r) for r in mine),
-        )
-    if not rows:
-        return tenants, 0.0, None
-    first = min(r.created_at for r in rows)
-    done = [r.finished_at for r in rows if r.finished_at is not None]
-    all_done = len(done) == len(rows)
-    last = max(done) if all_done else now
-    span = max(0.0, last - first)
-    used = math.fsum(t.gpu_seconds for t in tenants.values())
-    utilization = used / (capacity * span) if capacity and span > 0 else None
-    return tenants, span, utilization
-
-
-def _run_gpu_seconds(r: WorkloadProgress) -> float:
-    if r.state is not WorkloadState.FINISHED or r.admitted_at is None or r.finished_at is None:
-        return 0.0
-    return r.gpus * max(0.0, r.finished_at - r.admitted_at)
 
 
 def _counter(metrics: SchedulerMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:

@@ -1,0 +1,120 @@
+"""The demo's own database: where ``queuemgr demo`` writes, and the promise that it is empty.
+
+Why it exists: the demo must never mix its burst with real data, and must leave
+what it wrote for the CLI to explore afterwards. :func:`prepare_database`
+chooses the database, checks or recreates it and migrates it; the run itself
+(:mod:`queuemgr.service.demo`) only receives the resulting :class:`DemoDatabase`.
+
+Which database:
+
+- ``QUEUEMGR_DATABASE_URL`` when set: it must be a clean slate (no tables but
+  an empty queuemgr schema), else :class:`DemoError` and nothing is written;
+- else an embedded Postgres in its own data directory, ``<data dir>/demo``
+  (``QUEUEMGR_DATA_DIR`` moves the data dir), whose ``postgres`` database is
+  dropped and recreated at every start. The user's own embedded database is
+  never touched, and after the demo ``QUEUEMGR_DATA_DIR=<data dir>/demo
+  queuemgr ...`` explores it: the CLI starts that server again by itself.
+
+Either way the demo migrates the database itself (``alembic upgrade head``),
+the one command that does.
+
+What must stay true: a database named by the user is only ever migrated when
+it was empty, and only the demo server's own database is ever dropped; URLs in
+messages have their password hidden.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from queuemgr.store import migrate
+from queuemgr.store.database import (
+    DATA_DIR_ENV,
+    URL_ENV,
+    check_connection,
+    create_engine,
+    data_dir,
+    normalize_url,
+    resolve_url,
+)
+from queuemgr.store.readouts import occupancy
+
+DEMO_DIR = "demo"  # under the embedded Postgres's data directory
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run as asked; the message is for the user."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoDatabase:
+    url: str
+    # How the CLI finds this database: (variable, value); None when the user's own
+    # QUEUEMGR_DATABASE_URL already points at it.
+    explore: tuple[str, str] | None
+    description: str
+
+
+def _redacted(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
+    """A migrated, empty database for the demo (see the module docstring)."""
+    env = os.environ if env is None else env
+    if env.get(URL_ENV):
+        url = normalize_url(env[URL_ENV])
+        engine = create_engine(url)
+        try:
+            check_connection(engine)
+            with engine.connect() as conn:
+                held = occupancy(conn)
+        finally:
+            engine.dispose()
+        if not held.empty:
+            what = []
+            if held.tables_with_rows:
+                what.append(f"queuemgr rows in {', '.join(held.tables_with_rows)}")
+            if held.foreign_tables:
+                what.append(f"other tables: {', '.join(held.foreign_tables)}")
+            raise DemoError(
+                f"{URL_ENV}: database {make_url(url).database!r} is not empty "
+                f"({'; '.join(what)}); the demo writes only to an empty database, so it never "
+                f"mixes with real data: point {URL_ENV} at a new database, or unset it to use "
+                f"the embedded Postgres's demo directory"
+            )
+        migrate.upgrade(url)
+        return DemoDatabase(url=url, explore=None, description=_redacted(url))
+    directory = data_dir(env) / DEMO_DIR
+    url = resolve_url({DATA_DIR_ENV: str(directory)})  # starts the server, as the CLI will
+    _recreate(url)
+    migrate.upgrade(url)
+    return DemoDatabase(
+        url=url,
+        explore=(DATA_DIR_ENV, str(directory)),
+        description=f"embedded Postgres in {directory} (recreated for this run)",
+    )
+
+
+def _recreate(url: str) -> None:
+    """Drop and recreate ``url``'s database (the demo server's own), from template1."""
+    name = make_url(url).database
+    if not name:
+        raise DemoError(f"the demo database URL names no database: {_redacted(url)}")
+    admin = create_engine(
+        make_url(url).set(database="template1").render_as_string(hide_password=False),
+        isolation_level="AUTOCOMMIT",
+    )
+    try:
+        check_connection(admin)
+        quoted = '"' + name.replace('"', '""') + '"'
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
+            conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
+    finally:
+        admin.dispose()
