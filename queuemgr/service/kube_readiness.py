@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -48,6 +47,7 @@ from queuemgr.service.kube_backend import KubernetesBackend
 from queuemgr.service.kube_config import PodsReadySettings
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import BackendError, Clock
+from queuemgr.service.worker import Worker
 from queuemgr.store.jobsync import RowState, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import HELD_REASON, finish_workload, notify, requeue_workload
@@ -78,7 +78,7 @@ def expected_pods(obj: Obj, fallback: int) -> int:
     return sum(placed) or fallback
 
 
-class PodsReadyCheck:
+class PodsReadyCheck(Worker):
     def __init__(
         self,
         *,
@@ -90,6 +90,7 @@ class PodsReadyCheck:
         metrics: SchedulerMetrics,
         settings: PodsReadySettings,
     ) -> None:
+        super().__init__("queuemgr-podsready")
         self._engine = engine
         self._watch = watch
         self._backend = backend
@@ -100,19 +101,7 @@ class PodsReadyCheck:
         self._ready: set[tuple[str, float | None]] = set()  # (workload, admitted at)
         self._epoch: LeaderToken | None = None
         self._elected_at = 0.0
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self.evictions = 0
-
-    def start(self) -> None:
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="queuemgr-podsready", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         interval = min(1.0, max(self.settings.timeout / 4, 0.1))

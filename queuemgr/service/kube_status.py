@@ -30,6 +30,7 @@ from queuemgr.k8s.cluster import ClusterWatch, JobRef
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch
 from queuemgr.k8s.patch import Patch, guard
+from queuemgr.service.worker import Worker
 
 log = logging.getLogger(__name__)
 # Verdicts recorded as Warning events (the rest are Normal).
@@ -54,7 +55,7 @@ def pending_status(st: PendingStatus) -> QueueStatus:
     )
 
 
-class StatusWriter:
+class StatusWriter(Worker):
     def __init__(
         self,
         watch: ClusterWatch,
@@ -63,17 +64,15 @@ class StatusWriter:
         burst: int = 10,
         events: EventRecorder | None = None,
     ) -> None:
+        super().__init__("queuemgr-status")
         self._watch = watch
         self._events = events
         self._limiter = RateLimiter(qps, burst)
         self._lock = threading.Lock()
-        self._event = threading.Event()
-        self._stopping = threading.Event()
         self._decisions: Decisions | None = None
         self._desired: dict[str, QueueStatus] = {}
         self._written: dict[str, QueueStatus] = {}
         self._conditions_off: set[str] = set()  # kinds whose status refused our conditions
-        self._thread: threading.Thread | None = None
         self.writes = 0
 
     # -- inputs -------------------------------------------------------------------------
@@ -89,17 +88,6 @@ class StatusWriter:
         self._event.set()
 
     # -- the worker ---------------------------------------------------------------------
-    def start(self) -> None:
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="queuemgr-status", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._event.wait(5.0)

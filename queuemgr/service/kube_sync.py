@@ -48,6 +48,7 @@ from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.service.ports import Clock
+from queuemgr.service.worker import Worker
 from queuemgr.store import config as store_config
 from queuemgr.store.jobsync import (
     RowState,
@@ -73,7 +74,7 @@ def owned_by_managed_kind(obj: Obj) -> bool:
     return False
 
 
-class JobSync:
+class JobSync(Worker):
     def __init__(
         self,
         engine: Engine,
@@ -83,21 +84,19 @@ class JobSync:
         clock: Clock,
         batch: int = 500,
     ) -> None:
+        super().__init__("queuemgr-jobsync")
         self._engine = engine
         self._watch = watch
         self._is_leader = is_leader
         self._clock = clock
         self._batch = batch
         self._lock = threading.Lock()
-        self._event = threading.Event()
-        self._stopping = threading.Event()
         self._jobs: set[str] = set()
         self._nodes: set[str] = set()
         self._gone_nodes: dict[str, Obj] = {}
         self._namespaces: set[str] = set()
         self._upserted: dict[str, Node] = {}  # the last node written, to skip no-op upserts
         self._resync = True
-        self._thread: threading.Thread | None = None
         self.passes = 0  # batches handled (tests wait on it)
         watch.add_listener(self._on_change)
 
@@ -120,17 +119,6 @@ class JobSync:
         self._event.set()
 
     # -- the worker ------------------------------------------------------------------------
-    def start(self) -> None:
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="queuemgr-jobsync", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._event.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
     def _run(self) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
