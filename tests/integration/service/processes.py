@@ -3,7 +3,8 @@
 Why it exists: kill -9 and a standby taking over only mean something for a
 separate process with its own connections and its own simulated backend; an
 in-process thread cannot be killed that way. Each process logs to a file the
-test prints when it fails.
+test prints when it fails. :class:`Submitter` plays the tenants who keep
+submitting meanwhile.
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.core.resources import ResourceName
+from queuemgr.store.notify import submit_workload
 
 GPU = ResourceName("nvidia.com/gpu")
 CPU = ResourceName("cpu")
@@ -70,6 +75,54 @@ def job(name: str, *, pods: int, gpus: int, runtime: float, created_at: float) -
             ),
         ),
     )
+
+
+class Submitter(threading.Thread):
+    """Submits ``make(i)`` for each ``i`` below ``count`` straight into the store, as tenants would.
+
+    Batches of ``batch`` workloads, one transaction each, ``pause()`` seconds apart.
+    With ``retry``, a batch the database refuses (an outage) is tried again after
+    0.2 s, as a client would, and the first line of each refusal is kept in
+    ``refused``; without it the refusal ends the thread. ``done`` is set once
+    every workload is submitted.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        count: int,
+        *,
+        batch: int,
+        make: Callable[[int], Workload],
+        pause: Callable[[], float],
+        retry: bool = False,
+    ) -> None:
+        super().__init__(name="submitter", daemon=True)
+        self.engine = engine
+        self.count = count
+        self.batch = batch
+        self.make = make
+        self.pause = pause
+        self.retry = retry
+        self.refused: list[str] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        for start in range(0, self.count, self.batch):
+            workloads = [self.make(i) for i in range(start, min(start + self.batch, self.count))]
+            while True:
+                try:
+                    with self.engine.begin() as conn:
+                        for w in workloads:
+                            submit_workload(conn, w)
+                    break
+                except OperationalError as exc:
+                    if not self.retry:
+                        raise
+                    self.refused.append(str(exc).splitlines()[0])
+                    time.sleep(0.2)
+            time.sleep(self.pause())
+        self.done.set()
 
 
 def free_port() -> int:

@@ -19,10 +19,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.core.model import Workload
 from queuemgr.store.notify import submit_workload
 from tests.integration.service.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,
+    Submitter,
     admissions_per_workload,
     cluster_yaml,
     install_admission_log,
@@ -42,21 +44,13 @@ KILLS = 20
 MIX = ((1, 1, 0.70), (1, 2, 0.15), (1, 4, 0.10), (2, 8, 0.05))
 
 
-def _submitter(engine: Engine, rng: random.Random, done: threading.Event) -> threading.Thread:
-    def run() -> None:
-        for start in range(0, WORKLOADS, 25):
-            with engine.begin() as conn:
-                for i in range(start, min(start + 25, WORKLOADS)):
-                    pods, gpus, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
-                    runtime = round(rng.uniform(0.1, 0.8), 3)
-                    w = job(
-                        f"w{i:04d}", pods=pods, gpus=gpus, runtime=runtime, created_at=time.time()
-                    )
-                    submit_workload(conn, w)
-            time.sleep(rng.uniform(0.05, 0.4))
-        done.set()
+def _submitter(engine: Engine, rng: random.Random) -> Submitter:
+    def make(i: int) -> Workload:
+        pods, gpus, _ = rng.choices(MIX, weights=[m[2] for m in MIX])[0]
+        runtime = round(rng.uniform(0.1, 0.8), 3)
+        return job(f"w{i:04d}", pods=pods, gpus=gpus, runtime=runtime, created_at=time.time())
 
-    return threading.Thread(target=run, name="submitter", daemon=True)
+    return Submitter(engine, WORKLOADS, batch=25, make=make, pause=lambda: rng.uniform(0.05, 0.4))
 
 
 class _Checker(threading.Thread):
@@ -87,13 +81,12 @@ def test_kill_9_at_random_points_loses_nothing_and_admits_nothing_twice(
     write_config(tmp_path, cluster_yaml(nodes=8), cycle_interval=1, default_runtime=1)
     install_admission_log(engine)
     rng = random.Random(20261202)
-    submitted = threading.Event()
     checker = _Checker(engine)
     checker.start()
     processes: list[ServeProcess] = []
     unfinished_at_kill: list[int] = []
     try:
-        submitter = _submitter(engine, rng, submitted)
+        submitter = _submitter(engine, rng)
         for kill in range(KILLS):
             p = ServeProcess(tmp_path, database_url=database_url, replica=f"r{kill}").start()
             processes.append(p)
@@ -111,7 +104,7 @@ def test_kill_9_at_random_points_loses_nothing_and_admits_nothing_twice(
         last = ServeProcess(tmp_path, database_url=database_url, replica="last").start()
         processes.append(last)
         submitter.join(timeout=60)
-        assert submitted.is_set()
+        assert submitter.done.is_set()
         wait_for(
             lambda: state_counts(engine).get("Finished", 0) == WORKLOADS, timeout=180, step=0.5
         )

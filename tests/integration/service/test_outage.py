@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
 
+from queuemgr.core.model import Workload
 from queuemgr.store import migrate
 from queuemgr.store.database import create_engine
 from queuemgr.store.embedded import EmbeddedPostgres
-from queuemgr.store.notify import submit_workload
 from tests.integration.service.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,
+    Submitter,
     admissions_per_workload,
     cluster_yaml,
     install_admission_log,
@@ -51,34 +51,20 @@ def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
         server.release()
 
 
-def _submit_all(engine: Engine, failures: list[str]) -> threading.Thread:
+def _submit_all(engine: Engine) -> Submitter:
     """Submits in small batches, retrying a batch the outage refused, as a client would."""
     rng = random.Random(7)
 
-    def run() -> None:
-        for start in range(0, WORKLOADS, 10):
-            batch = [
-                job(
-                    f"w{i:03d}",
-                    pods=1,
-                    gpus=rng.choice((1, 1, 2, 4, 8)),
-                    runtime=round(rng.uniform(0.1, 0.6), 3),
-                    created_at=time.time(),
-                )
-                for i in range(start, start + 10)
-            ]
-            while True:
-                try:
-                    with engine.begin() as conn:
-                        for w in batch:
-                            submit_workload(conn, w)
-                    break
-                except OperationalError as exc:
-                    failures.append(str(exc).splitlines()[0])
-                    time.sleep(0.2)
-            time.sleep(0.1)
+    def make(i: int) -> Workload:
+        return job(
+            f"w{i:03d}",
+            pods=1,
+            gpus=rng.choice((1, 1, 2, 4, 8)),
+            runtime=round(rng.uniform(0.1, 0.6), 3),
+            created_at=time.time(),
+        )
 
-    return threading.Thread(target=run, name="submitter", daemon=True)
+    return Submitter(engine, WORKLOADS, batch=10, make=make, pause=lambda: 0.1, retry=True)
 
 
 def test_the_service_rides_out_postgres_restarts(
@@ -90,10 +76,9 @@ def test_the_service_rides_out_postgres_restarts(
     write_config(tmp_path, cluster_yaml(nodes=4), cycle_interval=1, default_runtime=1)
     install_admission_log(engine)
     service = ServeProcess(tmp_path, database_url=url, replica="a").start()
-    refused: list[str] = []
     try:
         wait_for(service.leads, timeout=60, step=0.1)
-        submitter = _submit_all(engine, refused)
+        submitter = _submit_all(engine)
         submitter.start()
         for _ in range(2):
             wait_for(lambda: state_counts(engine).get("Admitted", 0) > 0, timeout=30)
@@ -117,7 +102,7 @@ def test_the_service_rides_out_postgres_restarts(
         if service.alive:
             service.kill9()
         engine.dispose()
-    assert refused, "the outage never reached the submitter: it did not happen under load"
+    assert submitter.refused, "the outage never reached the submitter: it did not happen under load"
     assert state_counts(engine) == {"Finished": WORKLOADS}
     assert set(admissions_per_workload(engine).values()) == {1}
     assert overcommitted_nodes(engine) == []
