@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from queuemgr.store.repository import load_state
 from queuemgr.store.usage import sample_usage, save_queue_usage
 from tests.integration.cli.conftest import Invoke, no_traceback
-from tests.integration.service.helpers import make_loop
+from tests.integration.service.helpers import run_one_cycle
 
 pytestmark = pytest.mark.integration
 HOUR = 3600.0
@@ -28,13 +28,7 @@ def sampled(cli: Invoke, applied: Path, engine: Engine) -> float:
     """team-b (nominal 8 GPUs) runs two 8-GPU jobs, one on team-a's idle quota, for 3 hours."""
     for name in ("one", "two"):
         _submit(cli, name, "team-b")
-    loop, elector, _ = make_loop(engine)
-    assert elector.step()
-    try:
-        report = loop.run_once()
-        assert report is not None and len(report.admitted) == 2
-    finally:
-        elector.stop()
+    assert len(run_one_cycle(engine).admitted) == 2
     state = load_state(engine)
     now = time.time()
     with engine.begin() as conn:

@@ -24,7 +24,7 @@ from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store.leadership import record_leader
 from tests.integration.cli.conftest import Invoke
-from tests.integration.service.helpers import make_loop
+from tests.integration.service.helpers import run_one_cycle
 
 pytestmark = pytest.mark.integration
 
@@ -238,12 +238,7 @@ def test_why_gives_each_reason_with_its_numbers(
     for job in case.running:
         _submit(cli, job)
     if case.running:
-        loop, elector, _ = make_loop(engine, policy=case.policy or AFTER_VICTIMS)
-        assert elector.step()
-        try:
-            loop.run_once()
-        finally:
-            elector.stop()
+        run_one_cycle(engine, policy=case.policy or AFTER_VICTIMS)
     if case.policy is not None:
         with engine.begin() as conn:
             knobs = policy_knobs(case.policy)
@@ -274,12 +269,7 @@ def test_why_says_what_must_free_up(cli: Invoke, engine: Engine, extra_queues: N
     for i, runtime in enumerate(("30m", "90m")):
         _submit(cli, Job(ns="team-b", name=f"b{i}", runtime=runtime))
     _submit(cli, Job(ns="team-b", name="b2"))  # no declared runtime
-    loop, elector, _ = make_loop(engine)
-    assert elector.step()
-    try:
-        loop.run_once()
-    finally:
-        elector.stop()
+    run_one_cycle(engine)
     _submit(cli, Job(ns="team-b", name="waiting", gpus=8))
     doc = json.loads(cli("why", "waiting", "-n", "team-b", "-o", "json").output)
     frees = doc["frees_up"]

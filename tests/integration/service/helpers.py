@@ -12,7 +12,7 @@ from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.fakes import FakeBackend
 from queuemgr.service.leader import LeaderElector
-from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
+from queuemgr.service.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
 from queuemgr.service.ports import SystemClock
 
 
@@ -37,6 +37,18 @@ def make_loop(
     )
     elector._on_elected = loop.wake  # what the composition root wires
     return loop, elector, backend
+
+
+def run_one_cycle(engine: Engine, *, policy: SchedulerPolicy = SERVICE_POLICY) -> CycleReport:
+    """Win the election, run one cycle on the database as it stands, and step down."""
+    loop, elector, _ = make_loop(engine, policy=policy)
+    assert elector.step()
+    try:
+        report = loop.run_once()
+    finally:
+        elector.stop()
+    assert report is not None  # the elected leader always runs its cycle
+    return report
 
 
 def states(engine: Engine) -> dict[str, str]:

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
 from queuemgr.store.usage import sample_usage
-from tests.integration.service.helpers import make_loop
+from tests.integration.service.helpers import run_one_cycle
 from tests.integration.store.helpers import gang, seed_config
 
 pytestmark = pytest.mark.integration
@@ -50,12 +50,7 @@ def test_every_history_query_runs_and_gpu_hours_match_the_samples(engine: Engine
     with engine.begin() as conn:
         for name in ("a", "b"):
             submit_workload(conn, gang(name))
-    loop, elector, _ = make_loop(engine)
-    assert elector.step()
-    try:
-        loop.run_once()
-    finally:
-        elector.stop()
+    run_one_cycle(engine)
     state = load_state(engine)
     assert len(state.admitted) == 2
     now = time.time()
