@@ -1,21 +1,25 @@
 """One cycle's backfill: who gets a reservation, what may start meanwhile, and ETAs.
 
 Why it exists: the cycle (core.cycle) decides admissions; this keeps the
-reservation side of those decisions in one place: the blocked workloads that get
-a reservation (up to ``reservation_depth``, in the cycle's order), the guards
-that refuse an admission that would delay one, a placement that goes around the
-reserved capacity when the best fit would not, and the ETA of every other
-pending workload.
+reservation side of those decisions in one place: the workloads that get a
+reservation (those of the ``largest_reservations`` largest pending ones that
+cannot start when the cycle begins, then up to ``reservation_depth`` blocked
+ones in the cycle's order), the guards that refuse an admission that would delay one, a placement
+that goes around the reserved capacity when the best fit would not, and the
+ETA of every other pending workload.
 
 What must stay true: the plans (core.reservations) work on copies and never
 change the cycle's quota ledger; the node pool is only borrowed for the length
 of one placement and left as it was; the same snapshot gives the same
-reservations (every memo here is keyed on what its answer depends on).
+reservations (every memo here is keyed on what its answer depends on); a
+reserved workload is never held back by its own reservation, and once it is
+admitted its reservation protects nothing any more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from queuemgr.core.model import (
@@ -24,6 +28,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     FlavorName,
     PodSetPlacement,
+    QueueingStrategy,
     ShapeId,
     Workload,
     WorkloadId,
@@ -46,6 +51,7 @@ class Backfill:
         self.reservations: dict[WorkloadId, Reservation] = {}
         self._etas: dict[tuple[ClusterQueueName, ShapeId], float | None] = {}
         self._held_back: dict[HeldKey, tuple[tuple[int, int], Verdict]] = {}
+        self._largest = 0  # reservations made before the cycle admitted anything
 
     # -- guards -----------------------------------------------------------------
     def held_back(self, key: HeldKey, version: int) -> Verdict | None:
@@ -64,8 +70,11 @@ class Backfill:
 
     def check(self, admitted: AdmittedWorkload) -> Verdict | None:
         """None if no reservation is delayed by ``admitted`` (then it is recorded)."""
+        wid = admitted.workload.id
         for guard in self.guards:
-            if not guard.allows(admitted, self.now):
+            # A reserved workload starting now, at or before its start, delays nobody's
+            # plan that counted it, and its own reservation is what it is there for.
+            if guard.w.id != wid and not guard.allows(admitted, self.now):
                 return Verdict(
                     reason=PendingReason.WAITING_FOR_RESERVATION,
                     detail=partial(_would_delay, guard),
@@ -76,6 +85,9 @@ class Backfill:
 
     def record(self, admitted: AdmittedWorkload) -> None:
         """An admission (or a hold) went ahead: every plan now counts it."""
+        wid = admitted.workload.id
+        # Its own guard goes: the capacity it protected is now taken by the admission.
+        self.guards = [g for g in self.guards if g.w.id != wid]
         for guard in self.guards:
             guard.record(admitted, self.now)
 
@@ -105,8 +117,41 @@ class Backfill:
         evictions: Sequence[Eviction],
     ) -> Verdict:
         """Give the best-ranked blocked workloads a reservation, up to the policy's depth."""
-        if len(self.reservations) >= self.snapshot.policy.reservation_depth:
-            return verdict
+        made = self.reservations.get(w.id)
+        if made is None:
+            if len(self.reservations) - self._largest >= self.snapshot.policy.reservation_depth:
+                return verdict
+            made = self._reserve(cq, w, admitted, evictions)
+        return Verdict(
+            reason=verdict.reason,
+            detail=f"{verdict.message}; {made.describe()}",
+            eta=made.start,
+        )
+
+    def reserve_largest(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        verdict: Verdict,
+        admitted: Sequence[AdmittedWorkload],
+        evictions: Sequence[Eviction],
+    ) -> Verdict:
+        """Reserve for one of the largest pending workloads, outside the depth's count."""
+        self._largest += 1
+        made = self._reserve(cq, w, admitted, evictions)
+        return Verdict(
+            reason=verdict.reason,
+            detail=f"{verdict.message}; {made.describe()}",
+            eta=made.start,
+        )
+
+    def _reserve(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        admitted: Sequence[AdmittedWorkload],
+        evictions: Sequence[Eviction],
+    ) -> Reservation:
         evicted = {e.victim.workload.id: e.victim for e in evictions}
         # Later reservations plan around the earlier ones: each reserved gang counts as
         # running on its reserved nodes until its start + max_runtime.
@@ -127,11 +172,7 @@ class Backfill:
                     now=self.now,
                 )
             )
-        return Verdict(
-            reason=verdict.reason,
-            detail=f"{verdict.message}; {reservation.describe()}",
-            eta=reservation.start,
-        )
+        return reservation
 
     def eta(
         self,
@@ -156,6 +197,50 @@ class Backfill:
             )
             self._etas[key] = plan.start
         return self._etas[key]
+
+
+def largest_pending(
+    snapshot: Snapshot,
+    cluster_queues: Mapping[ClusterQueueName, ClusterQueue],
+    never_fits: Callable[[ClusterQueue, Workload], bool],
+    count: int,
+) -> list[tuple[ClusterQueue, Workload]]:
+    """The ``count`` pending workloads asking for the most GPUs, ties in queue order.
+
+    Only a StrictFIFO queue's head may start, so only it is a candidate there; a
+    workload that could never be admitted is none. The queues' runs (one shape
+    each, in queue order) are merged, so this costs one step per shape and pick.
+    """
+    out: list[tuple[ClusterQueue, Workload]] = []
+    if count <= 0:
+        return out
+    runs: list[Sequence[Workload]] = []
+    heap: list[tuple[int, tuple[int, float, str], int, int]] = []
+    names: list[ClusterQueueName] = []
+    for name in sorted(snapshot.pending):
+        cq = cluster_queues.get(name)
+        queue = snapshot.pending[name]
+        if cq is None or not len(queue):
+            continue
+        if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
+            candidates: list[Sequence[Workload]] = [(queue[0],)]
+        else:
+            candidates = [run for run in queue.runs.values() if run]
+        for run in candidates:
+            heap.append((-run[0].gpus, run[0].order_key, len(runs), 0))
+            runs.append(run)
+            names.append(name)
+    heapq.heapify(heap)
+    while heap and len(out) < count:
+        _gpus, _order, i, pos = heapq.heappop(heap)
+        run, cq = runs[i], cluster_queues[names[i]]
+        if never_fits(cq, run[pos]):
+            continue  # nor will the rest of its run: the same shape in the same queue
+        out.append((cq, run[pos]))
+        if pos + 1 < len(run):
+            nxt = run[pos + 1]
+            heapq.heappush(heap, (-nxt.gpus, nxt.order_key, i, pos + 1))
+    return out
 
 
 def _would_delay(guard: Guard) -> str:

@@ -35,7 +35,7 @@ import heapq
 from functools import partial
 
 from queuemgr.core.admissibility import inadmissible, unroutable_verdict
-from queuemgr.core.backfill import Backfill
+from queuemgr.core.backfill import Backfill, largest_pending
 from queuemgr.core.model import (
     Admission,
     AdmittedWorkload,
@@ -49,7 +49,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.nomination import HeapEntry, Nomination, Nominator
-from queuemgr.core.partial import largest_fit, partial_pod_set, with_count
+from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
 from queuemgr.core.preemption import Preemptor, may_preempt
@@ -73,6 +73,10 @@ class _Stale:
 
 
 _STALE = _Stale()
+# Reasons for which waiting for capacity to free up is what a reservation plans.
+_RESERVABLE = frozenset(
+    {PendingReason.NO_NODE_FITS, PendingReason.QUOTA_EXCEEDED, PendingReason.COHORT_EXHAUSTED}
+)
 _NOT_PREEMPTED = _Stale()  # a distinct sentinel: preemption found no way in
 
 
@@ -158,7 +162,9 @@ class _Cycle:
                 )
                 self._node_fail[fail_key] = failed
             node_verdict = node_verdict or failed
-        shrunk = self._partial(cq, w) if w.partial_pod_set is not None else None
+        shrunk = None
+        if w.partial_pod_set is not None:
+            shrunk = largest_partial(self.ledger, self.pool, cq, w)
         if shrunk is not None:
             flavor, placements, borrowing, reduced = shrunk
             return self._admit(cq, w, flavor, placements, borrowing, request=reduced)
@@ -180,36 +186,6 @@ class _Cycle:
             if outcome is not _NOT_PREEMPTED:
                 return outcome  # admitted (None), or waiting for its victims to stop
         return verdict
-
-    def _partial(
-        self, cq: ClusterQueue, w: Workload
-    ) -> tuple[FlavorName, tuple[PodSetPlacement, ...], bool, Resources] | None:
-        """The first flavor where a partial admission of ``w`` fits, with the largest count.
-
-        Tried only once the full count fits no flavor: a whole gang on a later flavor
-        beats a partial one on an earlier flavor (Kueue's order).
-        """
-        ps = partial_pod_set(w)
-        if ps is None or ps.min_count is None:
-            return None
-        for fq in cq.flavors:
-
-            def attempt(
-                k: int, flavor: FlavorName = fq.flavor
-            ) -> tuple[tuple[PodSetPlacement, ...], bool, Resources] | None:
-                low = with_count(w, ps.name, k)
-                check = self.ledger.check(cq.name, flavor, low.total_requests)
-                if not check.fits:
-                    return None
-                placements = self.pool.place(flavor, low.pod_sets)
-                if placements is None:
-                    return None
-                return (placements, check.borrowing, low.total_requests)
-
-            found = largest_fit(ps.min_count, ps.count - 1, attempt)
-            if found is not None:
-                return (fq.flavor, *found[1])
-        return None
 
     def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | _Stale | None:
         """Evict for ``w`` if a minimal set of victims lets it in.
@@ -309,12 +285,22 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
+        first = self._largest_first() if self.snapshot.policy.largest_reservations else {}
         while heap:
             _key, name, nomination = heapq.heappop(heap)
             cur = cursors[name]
             cq = config.cluster_queues[name]
             w = cur.head()
             assert w is not None
+            if w.id in first:  # decided before the cycle's order began
+                done = first[w.id]
+                if done is not None:
+                    self.verdicts[w.id] = done  # it waits for its victims to stop
+                cur.advance()
+                head = cur.head()
+                if head is not None:
+                    heapq.heappush(heap, self.nominator.nominate(cq, head))
+                continue
             verdict = self.try_admit(cq, w, nomination)
             if verdict is _STALE:
                 heapq.heappush(heap, self.nominator.nominate(cq, w))
@@ -340,6 +326,36 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
+
+    def _largest_first(self) -> dict[WorkloadId, Verdict | None]:
+        """Try the policy's ``largest_reservations`` largest pending workloads first.
+
+        Each is admitted if it fits now; one that cannot start gets a reservation
+        before anything else is admitted, so the capacity drained for it in earlier
+        cycles is still there to count on. Returns those decided here: None for
+        one admitted, its verdict for one that waits for the victims it preempted.
+        """
+        config = self.snapshot.config
+        picked = largest_pending(
+            self.snapshot,
+            config.cluster_queues,
+            lambda cq, w: self._inadmissible(cq, w) is not None,
+            self.snapshot.policy.largest_reservations,
+        )
+        decided: dict[WorkloadId, Verdict | None] = {}
+        for cq, w in picked:
+            _key, _name, nomination = self.nominator.nominate(cq, w)
+            verdict = self.try_admit(cq, w, nomination)
+            if verdict is None:
+                decided[w.id] = None
+            elif not isinstance(verdict, Verdict):
+                continue  # cannot happen with a fresh nomination; its turn will tell
+            elif verdict.reason is PendingReason.PREEMPTING:
+                decided[w.id] = verdict
+            elif verdict.reason in _RESERVABLE:
+                # Its verdict in the cycle's order will carry this reservation.
+                self.backfill.reserve_largest(cq, w, verdict, self.admitted, self.evictions)
+        return decided
 
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
         return self.backfill.eta(w, cq_name, self.admitted, self.evictions)

@@ -19,7 +19,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import TypeVar
 
-from queuemgr.core.model import PodSet, Workload
+from queuemgr.core.model import ClusterQueue, FlavorName, PodSet, PodSetPlacement, Workload
+from queuemgr.core.placement import NodePool
+from queuemgr.core.quota import QuotaLedger
+from queuemgr.core.resources import Resources
 
 T = TypeVar("T")
 
@@ -72,3 +75,35 @@ def largest_fit(low: int, high: int, attempt: Callable[[int], T | None]) -> tupl
             best = (mid, got)
             lo = mid + 1
     return best
+
+
+def largest_partial(
+    ledger: QuotaLedger, pool: NodePool, cq: ClusterQueue, w: Workload
+) -> tuple[FlavorName, tuple[PodSetPlacement, ...], bool, Resources] | None:
+    """The first flavor where a partial admission of ``w`` fits, with the largest count.
+
+    Tried only once the full count fits no flavor: a whole gang on a later flavor
+    beats a partial one on an earlier flavor (Kueue's order). Returns the flavor,
+    the placements, whether it borrows, and the reduced gang's requests.
+    """
+    ps = partial_pod_set(w)
+    if ps is None or ps.min_count is None:
+        return None
+    for fq in cq.flavors:
+
+        def attempt(
+            k: int, flavor: FlavorName = fq.flavor
+        ) -> tuple[tuple[PodSetPlacement, ...], bool, Resources] | None:
+            low = with_count(w, ps.name, k)
+            check = ledger.check(cq.name, flavor, low.total_requests)
+            if not check.fits:
+                return None
+            placements = pool.place(flavor, low.pod_sets)
+            if placements is None:
+                return None
+            return (placements, check.borrowing, low.total_requests)
+
+        found = largest_fit(ps.min_count, ps.count - 1, attempt)
+        if found is not None:
+            return (fq.flavor, *found[1])
+    return None

@@ -42,6 +42,13 @@ class SchedulerPolicy:
     # Kueue's behaviour; 1, the default: Slurm's EASY backfill; more: closer to
     # conservative backfill).
     reservation_depth: int = 1
+    # How many of the largest pending workloads (most GPUs first, ties in queue
+    # order) get a reservation before the cycle admits anything, starting now if
+    # they fit (0, the default: none). A big gang otherwise gets a reservation only
+    # when it is among the first blocked of the fair-share order, which a busy
+    # tenant's gang rarely is; and what a reservation drained for it each cycle
+    # goes to whoever comes first in that order.
+    largest_reservations: int = 0
     overrun_policy: OverrunPolicy = OverrunPolicy.EXTEND
     # ``fifo``: priority, then creation. ``usage``: LocalQueues with less decayed
     # usage (per their ClusterQueue's weight) go first, within a queue and among

@@ -22,6 +22,7 @@ from queuemgr.sim.yamlcheck import ScenarioError, at
 
 KNOBS = (
     "reservation_depth",
+    "largest_reservations",
     "overrun_policy",
     "preemptor_admission",
     "ordering",
@@ -57,6 +58,9 @@ def _choice(raw: object, path: str, choices: list[str]) -> str:
 def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     m = y.mapping(raw, path, optional=KNOBS)
     depth = y.integer(m.get("reservation_depth", 1), at(path, "reservation_depth"), minimum=0)
+    largest = y.integer(
+        m.get("largest_reservations", 0), at(path, "largest_reservations"), minimum=0
+    )
     admission = _choice(
         m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value),
         at(path, "preemptor_admission"),
@@ -83,6 +87,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
         }
     return SchedulerPolicy(
         reservation_depth=depth,
+        largest_reservations=largest,
         overrun_policy=OverrunPolicy(overrun),
         preemptor_admission=PreemptorAdmission(admission),
         ordering=Ordering(ordering),
@@ -95,6 +100,7 @@ def policy_knobs(policy: SchedulerPolicy) -> dict[str, object]:
     """The ``scheduler:`` mapping that :func:`parse_policy` turns back into ``policy``."""
     return {
         "reservation_depth": policy.reservation_depth,
+        "largest_reservations": policy.largest_reservations,
         "overrun_policy": policy.overrun_policy.value,
         "preemptor_admission": policy.preemptor_admission.value,
         "ordering": policy.ordering.value,
@@ -109,6 +115,7 @@ def override_policy(
     """``policy`` with ``KNOB=VALUE`` overrides applied, checked like the file's own knobs."""
     raw: dict[str, object] = {
         "reservation_depth": policy.reservation_depth,
+        "largest_reservations": policy.largest_reservations,
         "overrun_policy": policy.overrun_policy.value,
         "preemptor_admission": policy.preemptor_admission.value,
         "ordering": policy.ordering.value,
