@@ -1,4 +1,4 @@
-"""What the controller knows of the cluster: labelled jobs, their pods, nodes, managed namespaces.
+"""What the controller knows of the cluster: jobs, their pods, nodes, namespaces, priorities.
 
 Why it exists: the backend, the job sync and the readiness check all read
 the same cluster state; one set of reflectors (one watch per kind) keeps it,
@@ -42,6 +42,7 @@ class Topic(enum.Enum):
     POD = "pod"
     NODE = "node"
     NAMESPACE = "namespace"
+    PRIORITY_CLASS = "priorityclass"
 
 
 Listener = Callable[[Topic, Change, Obj], None]
@@ -129,6 +130,13 @@ class ClusterWatch:
         self._nodes = Reflector(
             "nodes", core.list_node, on(Topic.NODE), watch_timeout=watch_timeout
         )
+        # A job's priority is its PriorityClass's value, read when the job is submitted.
+        self._priorities = Reflector(
+            "priorityclasses",
+            client.SchedulingV1Api(api_client).list_priority_class,
+            on(Topic.PRIORITY_CLASS),
+            watch_timeout=watch_timeout,
+        )
         self._namespaces = (
             Reflector("namespaces", namespaces, on(Topic.NAMESPACE), watch_timeout=watch_timeout)
             if managed_namespaces.strip()
@@ -138,7 +146,7 @@ class ClusterWatch:
     @property
     def reflectors(self) -> list[Reflector]:
         extra = [] if self._namespaces is None else [self._namespaces]
-        return [*self._jobs, self._pod_reflector, self._nodes, *extra]
+        return [*self._jobs, self._pod_reflector, self._nodes, self._priorities, *extra]
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -217,6 +225,9 @@ class ClusterWatch:
 
     def node(self, name: str) -> Obj | None:
         return self._nodes.get(name)
+
+    def priority_classes(self) -> list[Obj]:
+        return self._priorities.items()
 
     def managed(self, namespace: str) -> bool:
         return self._namespaces is None or self._namespaces.get(namespace) is not None

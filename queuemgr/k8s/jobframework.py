@@ -41,6 +41,7 @@ from queuemgr.k8s.placement import Finished, Placement
 from queuemgr.k8s.podspec import pod_set
 
 QUEUE_LABEL = "queuemgr.io/queue-name"
+PRIORITY_LABEL = "queuemgr.io/priority-class"
 PLACEMENT_ANNOTATION = "queuemgr.io/placement"
 ORIGINAL_SELECTORS_ANNOTATION = "queuemgr.io/original-node-selectors"
 
@@ -112,6 +113,23 @@ class JobBase:
 
     def queue_name(self) -> str | None:
         return m.label_map(self.obj).get(QUEUE_LABEL) or None
+
+    def priority_class_name(self) -> tuple[str, str] | None:
+        """The PriorityClass named, and the JSON path naming it: the
+        ``queuemgr.io/priority-class`` label, else the first pod template's
+        ``priorityClassName``; None when neither is set."""
+        label = m.label_map(self.obj).get(PRIORITY_LABEL)
+        if label:
+            return label, f"metadata.labels[{PRIORITY_LABEL}]"
+        for t in self.templates():
+            spec = self._at(t.tokens).get("spec")
+            name = spec.get("priorityClassName") if isinstance(spec, Mapping) else None
+            if name:
+                path = f"{t.path}.spec.priorityClassName"
+                if not isinstance(name, str):
+                    raise ManifestError(path, name, "expected a string, got")
+                return name, path
+        return None
 
     def pod_sets(self) -> tuple[PodSet, ...]:
         out = []

@@ -46,6 +46,7 @@ from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import guard
+from queuemgr.k8s.priority import job_priority
 from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.service.ports import Clock
 from queuemgr.service.worker import Worker
@@ -97,6 +98,7 @@ class JobSync(Worker):
         self._namespaces: set[str] = set()
         self._upserted: dict[str, Node] = {}  # the last node written, to skip no-op upserts
         self._resync = True
+        self._classes_changed = False
         self.passes = 0  # batches handled (tests wait on it)
         watch.add_listener(self._on_change)
 
@@ -114,6 +116,9 @@ class JobSync(Worker):
                     self._gone_nodes.pop(key, None)
             elif topic is Topic.NAMESPACE:
                 self._namespaces.add(key)
+            elif topic is Topic.PRIORITY_CLASS:
+                # A job that named a missing class waits unsubmitted: look again.
+                self._classes_changed = True
             else:
                 return
         self._event.set()
@@ -158,6 +163,9 @@ class JobSync(Worker):
             jobs, self._jobs = self._jobs, set()
             nodes, self._nodes = self._nodes, set()
             namespaces, self._namespaces = self._namespaces, set()
+            classes_changed, self._classes_changed = self._classes_changed, False
+        if classes_changed:
+            jobs |= {r.workload_id for r in self._watch.jobs()}
         if namespaces:
             jobs |= {
                 r.workload_id
@@ -215,7 +223,7 @@ class JobSync(Worker):
                 continue
             try:
                 if self._sync_job(ref, row):
-                    new.append(ref.job.workload())
+                    new.append(self._workload(ref))
             except ManifestError as error:
                 self._invalid(ref, error)
         if new:
@@ -249,8 +257,16 @@ class JobSync(Worker):
             self._patch(ref, guard(("metadata", "resourceVersion"), ref.version) + job.suspend())
         return False
 
+    def _workload(self, ref: JobRef) -> Workload:
+        """The job's workload, with the priority of the PriorityClass it names."""
+        return ref.job.workload(priority=job_priority(ref.job, self._watch.priority_classes()))
+
     def _resubmit(self, ref: JobRef) -> None:
-        workload = ref.job.workload()
+        try:
+            workload = self._workload(ref)
+        except ManifestError as error:
+            self._invalid(ref, error)
+            return
         with self._engine.begin() as conn:
             try:
                 resubmit_workload(conn, workload)

@@ -291,6 +291,7 @@ EXPECTED_RULES = {
     ("", "pods", ""): {"get", "list", "watch"},
     ("", "nodes", ""): {"get", "list", "watch"},
     ("", "namespaces", ""): {"get", "list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses", ""): {"list", "watch"},
     (
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",

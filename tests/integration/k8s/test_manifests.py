@@ -90,6 +90,7 @@ ALLOWED = [
     *((verb, "pods", ["-A"]) for verb in ("get", "list", "watch")),
     *((verb, "nodes", []) for verb in ("get", "list", "watch")),
     *((verb, "namespaces", []) for verb in ("get", "list", "watch")),
+    *((verb, "priorityclasses.scheduling.k8s.io", []) for verb in ("list", "watch")),
     *(
         (verb, f"{kind}.admissionregistration.k8s.io/queuemgr-{name}", [])
         for kind, name in (
@@ -114,6 +115,7 @@ DENIED = [
     ("patch", "nodes", []),
     ("update", "nodes", ["--subresource=status"]),
     ("patch", "namespaces", []),
+    ("create", "priorityclasses.scheduling.k8s.io", []),
     ("list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", []),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/someone-else", []),
     (
