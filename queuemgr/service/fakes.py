@@ -12,6 +12,7 @@ What must stay true: it honours the port's contract (idempotent ``start`` and
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
@@ -21,9 +22,13 @@ from queuemgr.service.ports import BackendError
 class FakeBackend:
     """Records calls; ``finish`` makes a running gang finish; ``fail_starts`` injects errors."""
 
-    def __init__(self, nodes: list[Node] | None = None) -> None:
+    def __init__(self, nodes: list[Node] | None = None, *, start_concurrency: int = 1) -> None:
         self._nodes = list(nodes or [])
+        self.start_concurrency = start_concurrency
         self._lock = threading.Lock()
+        self.start_delay = 0.0  # seconds each start takes (outside the lock), as a round trip
+        self.max_in_flight = 0  # the most start calls seen running at once
+        self._in_flight = 0
         self._running: dict[WorkloadId, AdmittedWorkload] = {}
         self._finished: list[WorkloadId] = []
         self.start_calls: Counter[WorkloadId] = Counter()
@@ -34,6 +39,13 @@ class FakeBackend:
         return list(self._nodes)
 
     def start(self, admitted: AdmittedWorkload) -> None:
+        if self.start_delay:
+            with self._lock:
+                self._in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            time.sleep(self.start_delay)
+            with self._lock:
+                self._in_flight -= 1
         with self._lock:
             wid = admitted.workload.id
             self.start_calls[wid] += 1

@@ -85,8 +85,10 @@ class KubernetesBackend:
         flavors: FlavorLookup,
         *,
         stop_timeout: float = 30.0,
+        start_concurrency: int = 8,
     ) -> None:
         self.watch = watch
+        self.start_concurrency = start_concurrency
         self._flavors = flavors
         self._stop_timeout = stop_timeout
         self._lock = threading.Lock()

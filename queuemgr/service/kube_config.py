@@ -30,6 +30,7 @@ KEYS = (
     "status_qps",
     "watch_timeout",
     "stop_timeout",
+    "start_concurrency",
     "pods_ready",
 )
 PODS_READY_KEYS = ("enabled", "timeout", "backoff", "backoff_max", "requeue_limit")
@@ -57,6 +58,7 @@ class KubernetesSettings:
     status_qps: float = 5.0  # status write-back's share of qps
     watch_timeout: int = 300  # seconds a watch request lasts before it is renewed
     stop_timeout: float = 30.0  # seconds a stop waits for the gang's pods to go
+    start_concurrency: int = 8  # admitted gangs started (PATCHed) at once
     pods_ready: PodsReadySettings | None = field(default_factory=PodsReadySettings)
 
 
@@ -90,7 +92,7 @@ def parse_kubernetes(
             out[key] = text
         elif key in ("qps", "status_qps", "stop_timeout"):
             out[key] = _positive(value, path)
-        elif key in ("burst", "watch_timeout"):
+        elif key in ("burst", "watch_timeout", "start_concurrency"):
             out[key] = y.integer(value, path, minimum=1)
         elif key == "pods_ready":
             out[key] = _pods_ready(value)

@@ -63,7 +63,10 @@ class KubeController:
             watch_timeout=settings.watch_timeout,
         )
         self.backend = KubernetesBackend(
-            self.watch, self._flavor, stop_timeout=settings.stop_timeout
+            self.watch,
+            self._flavor,
+            stop_timeout=settings.stop_timeout,
+            start_concurrency=settings.start_concurrency,
         )
         self.status = StatusWriter(
             self.watch, qps=settings.status_qps, events=EventRecorder(self.client)

@@ -25,6 +25,10 @@ class BackendError(RuntimeError):
 
 
 class ClusterBackend(Protocol):
+    # How many ``start`` calls the loop may run at once: 1 for an in-memory backend,
+    # more for one whose start is a network round trip (the Kubernetes API).
+    start_concurrency: int
+
     def nodes(self) -> list[Node]:
         """The nodes the backend offers (the service upserts them into the store at start)."""
         ...

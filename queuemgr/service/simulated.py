@@ -39,6 +39,8 @@ def load_cluster_file(path: Path) -> Config:
 
 
 class SimulatedBackend:
+    start_concurrency = 1  # a start is a dictionary write
+
     def __init__(self, nodes: list[Node], clock: Clock, *, default_runtime: float) -> None:
         self._nodes = list(nodes)
         self._clock = clock

@@ -78,6 +78,40 @@ def test_a_failing_start_is_retried_after_the_commit(engine: Engine) -> None:
         elector.stop()
 
 
+@pytest.mark.parametrize(
+    ("concurrency", "fail_starts", "overlap"),
+    [
+        pytest.param(1, 0, False, id="one-at-a-time"),
+        pytest.param(4, 0, True, id="four-at-once"),
+        pytest.param(4, 3, True, id="four-at-once-each-failure-retried"),
+    ],
+)
+def test_a_cycles_starts_run_as_concurrently_as_the_backend_allows(
+    engine: Engine, concurrency: int, fail_starts: int, overlap: bool
+) -> None:
+    seed_config(engine)  # two nodes of 8 GPUs: room for eight 2-GPU jobs
+    with engine.begin() as conn:
+        for i in range(8):
+            w = gang(f"j{i}", gpus=2, created_at=1_700_000_000.0 + i)
+            small = dataclasses.replace(w.pod_sets[0], requests={GPU: 2})
+            submit_workload(conn, dataclasses.replace(w, pod_sets=(small,)))
+    loop, elector, backend = make_loop(engine)
+    backend.start_concurrency = concurrency
+    backend.start_delay = 0.05
+    backend.fail_starts = fail_starts
+    assert elector.step()
+    try:
+        report = loop.run_once()
+        assert report is not None and len(report.admitted) == 8
+        assert backend.running() == {f"team-a/j{i}" for i in range(8)}
+        assert sum(backend.start_calls.values()) == 8 + fail_starts
+        assert (backend.max_in_flight > 1) is overlap
+        assert backend.max_in_flight <= concurrency
+    finally:
+        loop.stop()
+        elector.stop()
+
+
 def test_a_standby_does_not_schedule(engine: Engine) -> None:
     seed_config(engine)
     _submit(engine, "a")
