@@ -208,12 +208,14 @@ def largest_pending(
     """The ``count`` pending workloads asking for the most GPUs, ties in queue order.
 
     Only a StrictFIFO queue's head may start, so only it is a candidate there; a
-    workload that could never be admitted is none. The queues' runs (one shape
+    workload that could never be admitted is none, nor is one asking for fewer GPUs
+    than the policy's ``largest_min_gpus``. The queues' runs (one shape
     each, in queue order) are merged, so this costs one step per shape and pick.
     """
     out: list[tuple[ClusterQueue, Workload]] = []
     if count <= 0:
         return out
+    smallest = snapshot.policy.largest_min_gpus
     runs: list[Sequence[Workload]] = []
     heap: list[tuple[int, tuple[int, float, str], int, int]] = []
     names: list[ClusterQueueName] = []
@@ -227,6 +229,8 @@ def largest_pending(
         else:
             candidates = [run for run in queue.runs.values() if run]
         for run in candidates:
+            if run[0].gpus < smallest:
+                continue  # nor is the rest of the run: one shape
             heap.append((-run[0].gpus, run[0].order_key, len(runs), 0))
             runs.append(run)
             names.append(name)

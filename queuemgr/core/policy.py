@@ -49,6 +49,10 @@ class SchedulerPolicy:
     # tenant's gang rarely is; and what a reservation drained for it each cycle
     # goes to whoever comes first in that order.
     largest_reservations: int = 0
+    # Only workloads asking for at least this many GPUs count as largest (0: any).
+    # Set above one node's GPUs, it keeps the knob to multi-node gangs, the ones that
+    # need several nodes drained at once; single-node jobs find a node as others end.
+    largest_min_gpus: int = 0
     overrun_policy: OverrunPolicy = OverrunPolicy.EXTEND
     # ``fifo``: priority, then creation. ``usage``: LocalQueues with less decayed
     # usage (per their ClusterQueue's weight) go first, within a queue and among

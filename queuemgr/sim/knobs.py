@@ -23,6 +23,7 @@ from queuemgr.sim.yamlcheck import ScenarioError, at
 KNOBS = (
     "reservation_depth",
     "largest_reservations",
+    "largest_min_gpus",
     "overrun_policy",
     "preemptor_admission",
     "ordering",
@@ -61,6 +62,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     largest = y.integer(
         m.get("largest_reservations", 0), at(path, "largest_reservations"), minimum=0
     )
+    largest_min = y.integer(m.get("largest_min_gpus", 0), at(path, "largest_min_gpus"), minimum=0)
     admission = _choice(
         m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value),
         at(path, "preemptor_admission"),
@@ -88,6 +90,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     return SchedulerPolicy(
         reservation_depth=depth,
         largest_reservations=largest,
+        largest_min_gpus=largest_min,
         overrun_policy=OverrunPolicy(overrun),
         preemptor_admission=PreemptorAdmission(admission),
         ordering=Ordering(ordering),
@@ -101,6 +104,7 @@ def policy_knobs(policy: SchedulerPolicy) -> dict[str, object]:
     return {
         "reservation_depth": policy.reservation_depth,
         "largest_reservations": policy.largest_reservations,
+        "largest_min_gpus": policy.largest_min_gpus,
         "overrun_policy": policy.overrun_policy.value,
         "preemptor_admission": policy.preemptor_admission.value,
         "ordering": policy.ordering.value,
@@ -116,6 +120,7 @@ def override_policy(
     raw: dict[str, object] = {
         "reservation_depth": policy.reservation_depth,
         "largest_reservations": policy.largest_reservations,
+        "largest_min_gpus": policy.largest_min_gpus,
         "overrun_policy": policy.overrun_policy.value,
         "preemptor_admission": policy.preemptor_admission.value,
         "ordering": policy.ordering.value,

@@ -119,6 +119,23 @@ def test_which_workload_is_the_largest(extra: object, reserved: str) -> None:
     assert [r.workload for r in res.decisions.reservations] == [reserved]
 
 
+@pytest.mark.parametrize(
+    ("min_gpus", "reserved"),
+    [
+        pytest.param(0, ["busy/gang"], id="any-size"),
+        pytest.param(16, ["busy/gang"], id="at-the-threshold"),
+        pytest.param(17, [], id="below-the-threshold-none"),
+    ],
+)
+def test_only_workloads_of_at_least_min_gpus_count(min_gpus: int, reserved: list[str]) -> None:
+    world = _two_tenants(running=True)
+    world.policy = SchedulerPolicy(
+        reservation_depth=0, largest_reservations=1, largest_min_gpus=min_gpus
+    )
+    res = world.run(now=10.0)
+    assert [r.workload for r in res.decisions.reservations] == reserved
+
+
 def test_reservations_of_the_largest_do_not_use_up_the_depth() -> None:
     world = _two_tenants(running=True)
     world.submit(make_workload("eight").ns("light").gpus(8).max_runtime(50.0).at(2.0))
@@ -137,6 +154,7 @@ def test_reservations_of_the_largest_do_not_use_up_the_depth() -> None:
     [
         pytest.param({"largest_reservations": -1}, "largest_reservations", id="negative"),
         pytest.param({"largest_reservations": "two"}, "largest_reservations", id="not-a-number"),
+        pytest.param({"largest_min_gpus": -8}, "largest_min_gpus", id="negative-min"),
     ],
 )
 def test_a_bad_knob_is_refused_naming_it(raw: dict[str, object], error: str) -> None:
@@ -144,9 +162,11 @@ def test_a_bad_knob_is_refused_naming_it(raw: dict[str, object], error: str) -> 
         parse_policy(raw, "scheduler")
 
 
-def test_the_knob_parses() -> None:
-    assert parse_policy({"largest_reservations": 2}, "scheduler").largest_reservations == 2
-    assert parse_policy({}, "scheduler").largest_reservations == 0
+def test_the_knobs_parse() -> None:
+    policy = parse_policy({"largest_reservations": 2, "largest_min_gpus": 9}, "scheduler")
+    assert (policy.largest_reservations, policy.largest_min_gpus) == (2, 9)
+    default = parse_policy({}, "scheduler")
+    assert (default.largest_reservations, default.largest_min_gpus) == (0, 0)
 
 
 # -- properties ---------------------------------------------------------------------
@@ -170,13 +190,14 @@ def _with_limits(sc: Scenario, rnd: random.Random) -> Scenario:
 
 def _largest(snap: Snapshot) -> Workload | None:
     """The largest pending workload that could ever be admitted, ties in queue order."""
+    least = snap.policy.largest_min_gpus
     config = snap.config
     found: list[tuple[tuple[object, ...], Workload]] = []
     for name, queue in snap.pending.items():
         cq = config.cluster_queues[name]
         strict = cq.queueing_strategy.value == "StrictFIFO"
         for w in list(queue)[:1] if strict else queue:
-            if inadmissible(config, cq, w) is None:
+            if w.gpus >= least and inadmissible(config, cq, w) is None:
                 found.append(((-w.gpus, w.order_key), w))
     return min(found, key=lambda kw: kw[0])[1] if found else None
 
@@ -194,12 +215,20 @@ def _fits_now(snap: Snapshot, w: Workload) -> bool:
 
 
 @SETTINGS
-@given(scenarios(), st.integers(1, 3), st.integers(0, 2), st.randoms(use_true_random=False))
+@given(
+    scenarios(),
+    st.integers(1, 3),
+    st.sampled_from([0, 2, 9]),
+    st.integers(0, 2),
+    st.randoms(use_true_random=False),
+)
 def test_invariants_hold_and_the_largest_that_fits_is_admitted(
-    sc: Scenario, largest: int, depth: int, rnd: random.Random
+    sc: Scenario, largest: int, min_gpus: int, depth: int, rnd: random.Random
 ) -> None:
     sc = _with_limits(sc, rnd)
-    policy = SchedulerPolicy(reservation_depth=depth, largest_reservations=largest)
+    policy = SchedulerPolicy(
+        reservation_depth=depth, largest_reservations=largest, largest_min_gpus=min_gpus
+    )
     snap = dataclasses.replace(sc.snapshot(), policy=policy)
     decided = schedule(snap, 1.0)
     held = [*snap.admitted.values(), *decided.admitted]

@@ -12,7 +12,7 @@ from queuemgr.service.config import ConfigError, load_config
 @pytest.mark.parametrize(
     ("text", "largest"),
     [
-        pytest.param("scheduler: {largest_reservations: 2}\n", 2, id="set"),
+        pytest.param("scheduler: {largest_reservations: 2, largest_min_gpus: 9}\n", 2, id="set"),
         pytest.param("scheduler: {reservation_depth: 4}\n", 0, id="default-none"),
     ],
 )

@@ -18,6 +18,7 @@ from queuemgr.sim.knobs import parse_policy, policy_knobs
                 preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP,
                 reservation_depth=2,
                 largest_reservations=1,
+                largest_min_gpus=9,
                 overrun_policy=OverrunPolicy.EVICT,
                 ordering=Ordering.USAGE,
                 usage_half_life=3600.0,
