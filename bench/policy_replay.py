@@ -22,8 +22,8 @@ as a fraction of capacity: sum |alloc - fair| / (2 x capacity); and the ETA
 error: for each job that had to wait, |actual start - the ETA its status gave
 in its first cycle|, median and p90 (jobs with an unknown ETA are not counted).
 
-    python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--policies 1,3]
-        [--parallel] [--plot waits.png]
+    python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--largest-min-gpus G]
+        [--policies 1,3] [--parallel] [--plot waits.png]
 """
 
 from __future__ import annotations
@@ -55,16 +55,19 @@ LIMITS = [3600.0 * h for h in (1, 4, 12, 24, 72, 168, 720, 1440)]
 TARGETS = {"p95 >=32": ("<=", 0.5), "p95 1-GPU": ("<=", 1.1), "utilization": (">=", 1.0)}
 
 
-def policies(depth: int, largest: int) -> dict[str, SchedulerPolicy]:
+def policies(depth: int, largest: int, min_gpus: int) -> dict[str, SchedulerPolicy]:
     """The three policies of the issue: nothing of it, the defaults, and the best one."""
     best = f"reservations {depth} + usage"
     if largest:
-        best += f" + largest {largest}"
+        best += f" + largest {largest}" + (f" (>={min_gpus} GPUs)" if min_gpus else "")
     return {
         "plain BestEffortFIFO": SchedulerPolicy(reservation_depth=0),
         "queuemgr defaults": SchedulerPolicy(),
         best: SchedulerPolicy(
-            reservation_depth=depth, ordering=Ordering.USAGE, largest_reservations=largest
+            reservation_depth=depth,
+            ordering=Ordering.USAGE,
+            largest_reservations=largest,
+            largest_min_gpus=min_gpus,
         ),
     }
 
@@ -219,6 +222,12 @@ def main() -> None:
         help="largest_reservations of the third policy (default 1)",
     )
     parser.add_argument(
+        "--largest-min-gpus",
+        type=int,
+        default=9,
+        help="largest_min_gpus of the third policy (default 9: gangs of more than one node)",
+    )
+    parser.add_argument(
         "--policies",
         default="",
         help="comma-separated 1-based numbers of the policies to run (default: all); "
@@ -237,7 +246,7 @@ def main() -> None:
         for sw in jobs
     ]
     meters: dict[str, Meter] = {}
-    chosen = policies(args.depth, args.largest)
+    chosen = policies(args.depth, args.largest, args.largest_min_gpus)
     if args.policies:
         names = list(chosen)
         picked = {names[int(i) - 1] for i in args.policies.split(",")}
@@ -263,15 +272,15 @@ def main() -> None:
         "wall s",
     ]
     print(f"{len(jobs)} Philly jobs on 160x8 GPUs, 8 assigned tenants, declared limits by rule")
-    print(f"{'policy':<36}" + "".join(f"{k:>13}" for k in keys))
+    print(f"{'policy':<48}" + "".join(f"{k:>13}" for k in keys))
     for name, res in results.items():
-        print(f"{name:<36}" + "".join(_cell(k, res[k]) for k in keys))
+        print(f"{name:<48}" + "".join(_cell(k, res[k]) for k in keys))
     base = results.get("plain BestEffortFIFO")
     if base is not None:
         print("ratios against plain BestEffortFIFO (same run), targets: " + _targets())
         for name, res in results.items():
             ratios = [f"{k} {_ratio(res[k], base[k])}" for k in TARGETS]
-            print(f"  {name:<36}" + ", ".join(ratios))
+            print(f"  {name:<48}" + ", ".join(ratios))
     if args.plot is not None:
         plot(meters, args.plot, len(jobs))
         print(f"plot written to {args.plot}")
