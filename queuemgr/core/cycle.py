@@ -292,10 +292,7 @@ class _Cycle:
             cq = config.cluster_queues[name]
             w = cur.head()
             assert w is not None
-            if w.id in first:  # decided before the cycle's order began
-                done = first[w.id]
-                if done is not None:
-                    self.verdicts[w.id] = done  # it waits for its victims to stop
+            if w.id in first:  # admitted, or waiting for its victims, before the order began
                 cur.advance()
                 head = cur.head()
                 if head is not None:
@@ -351,10 +348,13 @@ class _Cycle:
             elif not isinstance(verdict, Verdict):
                 continue  # cannot happen with a fresh nomination; its turn will tell
             elif verdict.reason is PendingReason.PREEMPTING:
-                decided[w.id] = verdict
+                decided[w.id] = self.verdicts[w.id] = verdict
             elif verdict.reason in _RESERVABLE:
-                # Its verdict in the cycle's order will carry this reservation.
-                self.backfill.reserve_largest(cq, w, verdict, self.admitted, self.evictions)
+                # Kept even if its shape is dropped before its turn; if it gets one, its
+                # verdict then carries this reservation again.
+                self.verdicts[w.id] = self.backfill.reserve_largest(
+                    cq, w, verdict, self.admitted, self.evictions
+                )
         return decided
 
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:

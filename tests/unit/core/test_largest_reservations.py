@@ -18,7 +18,7 @@ from queuemgr.core.admissibility import inadmissible
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import Workload
 from queuemgr.core.placement import NodePool
-from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import PendingReason
 from queuemgr.core.snapshot import Snapshot
@@ -147,6 +147,31 @@ def test_reservations_of_the_largest_do_not_use_up_the_depth() -> None:
         "busy/gang": 300.0,
         "light/eight": 900.0,
     }
+
+
+@pytest.mark.parametrize(
+    "admission",
+    [
+        pytest.param(PreemptorAdmission.SAME_CYCLE, id="same-cycle"),
+        pytest.param(PreemptorAdmission.AFTER_VICTIMS_STOP, id="after-victims-stop"),
+    ],
+)
+def test_a_largest_gang_that_preempts_does_so_once(admission: PreemptorAdmission) -> None:
+    world = World().cq(make_cq("a").nominal(gpu=16, cpu="192").preempt(within="LowerPriority"))
+    world.node(make_nodes("n", 2))
+    low = make_workload("low").ns("a").gang(2).gpus(8).priority(0).max_runtime(900.0).build()
+    world.running(make_admitted(low, "a", "default", {"n-0": 1, "n-1": 1}))
+    world.submit(make_workload("high").ns("a").gang(2).gpus(8).priority(10).at(1.0))
+    world.submit(make_workload("small").ns("a").gpus(1).priority(10).at(2.0))
+    world.policy = SchedulerPolicy(largest_reservations=1, preemptor_admission=admission)
+    res = world.run(now=10.0)
+    assert [e.victim.workload.id for e in res.decisions.evicted] == ["a/low"]
+    if admission is PreemptorAdmission.SAME_CYCLE:
+        assert "a/high" in res.admitted_ids()
+    else:
+        assert res.reason("a/high") is PendingReason.PREEMPTING
+    # The capacity is the gang's (taken, or held while its victim stops).
+    assert "a/small" not in res.admitted_ids()
 
 
 @pytest.mark.parametrize(
