@@ -4,9 +4,9 @@ Why it exists: the cycle (core.cycle) decides admissions; this keeps the
 reservation side of those decisions in one place: the workloads that get a
 reservation (those of the ``largest_reservations`` largest pending ones that
 cannot start when the cycle begins, then up to ``reservation_depth`` blocked
-ones in the cycle's order), the guards that refuse an admission that would delay one, a placement
-that goes around the reserved capacity when the best fit would not, and the
-ETA of every other pending workload.
+ones in the cycle's order), the guards that refuse an admission that would
+delay one, a placement that goes around the reserved capacity when the best
+fit would not, and the ETA of every other pending workload.
 
 What must stay true: the plans (core.reservations) work on copies and never
 change the cycle's quota ledger; the node pool is only borrowed for the length
@@ -202,15 +202,17 @@ class Backfill:
 def largest_pending(
     snapshot: Snapshot,
     cluster_queues: Mapping[ClusterQueueName, ClusterQueue],
+    strict_heads: Mapping[ClusterQueueName, Workload],
     never_fits: Callable[[ClusterQueue, Workload], bool],
     count: int,
 ) -> list[tuple[ClusterQueue, Workload]]:
     """The ``count`` pending workloads asking for the most GPUs, ties in queue order.
 
-    Only a StrictFIFO queue's head may start, so only it is a candidate there; a
-    workload that could never be admitted is none, nor is one asking for fewer GPUs
-    than the policy's ``largest_min_gpus``. The queues' runs (one shape
-    each, in queue order) are merged, so this costs one step per shape and pick.
+    Only a StrictFIFO queue's head (in the cycle's order, ``strict_heads``) may
+    start, so only it is a candidate there; a workload that could never be
+    admitted is none, nor is one asking for fewer GPUs than the policy's
+    ``largest_min_gpus``. The queues' runs (one shape each, in queue order) are
+    merged, so this costs one step per shape and pick.
     """
     out: list[tuple[ClusterQueue, Workload]] = []
     if count <= 0:
@@ -225,7 +227,8 @@ def largest_pending(
         if cq is None or not len(queue):
             continue
         if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
-            candidates: list[Sequence[Workload]] = [(queue[0],)]
+            head = strict_heads.get(name)
+            candidates: list[Sequence[Workload]] = [(head,)] if head is not None else []
         else:
             candidates = [run for run in queue.runs.values() if run]
         for run in candidates:

@@ -285,7 +285,7 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
-        first = self._largest_first() if self.snapshot.policy.largest_reservations else {}
+        first = self._largest_first(cursors) if self.snapshot.policy.largest_reservations else {}
         while heap:
             _key, name, nomination = heapq.heappop(heap)
             cur = cursors[name]
@@ -324,7 +324,9 @@ class _Cycle:
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
 
-    def _largest_first(self) -> dict[WorkloadId, Verdict | None]:
+    def _largest_first(
+        self, cursors: dict[ClusterQueueName, Cursor]
+    ) -> dict[WorkloadId, Verdict | None]:
         """Try the policy's ``largest_reservations`` largest pending workloads first.
 
         Each is admitted if it fits now; one that cannot start gets a reservation
@@ -333,9 +335,16 @@ class _Cycle:
         one admitted, its verdict for one that waits for the victims it preempted.
         """
         config = self.snapshot.config
+        strict_heads = {  # only a StrictFIFO queue's head may start there
+            name: head
+            for name, cur in cursors.items()
+            if config.cluster_queues[name].queueing_strategy is QueueingStrategy.STRICT_FIFO
+            and (head := cur.head()) is not None
+        }
         picked = largest_pending(
             self.snapshot,
             config.cluster_queues,
+            strict_heads,
             lambda cq, w: self._inadmissible(cq, w) is not None,
             self.snapshot.policy.largest_reservations,
         )

@@ -120,6 +120,27 @@ def test_which_workload_is_the_largest(extra: object, reserved: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("strict", "reserved"),
+    [
+        pytest.param(False, ["busy/gang"], id="best-effort-any-workload"),
+        pytest.param(True, [], id="strict-fifo-only-its-head"),
+    ],
+)
+def test_in_a_strict_fifo_queue_only_the_head_counts(strict: bool, reserved: list[str]) -> None:
+    world = World().cq(make_cq("busy").nominal(gpu=32, cpu="192").strict(strict))
+    world.node(make_nodes("n", 2))
+    for i, end in enumerate((100.0, 300.0)):
+        job = make_workload(f"run{i}").ns("busy").gpus(4).max_runtime(end).at(-9.0 + i)
+        world.running(make_admitted(job.build(), "busy", "default", {f"n-{i}": 1}, at=0.0))
+    # The head (8 GPUs, too small to count) is older than the gang, and blocked too.
+    world.submit(make_workload("head").ns("busy").gpus(8).max_runtime(50.0).at(0.5))
+    world.submit(make_workload("gang").ns("busy").gang(2).gpus(8).max_runtime(600.0).at(1.0))
+    world.policy = SchedulerPolicy(reservation_depth=0, largest_reservations=1, largest_min_gpus=9)
+    res = world.run(now=10.0)
+    assert [r.workload for r in res.decisions.reservations] == reserved
+
+
+@pytest.mark.parametrize(
     ("min_gpus", "reserved"),
     [
         pytest.param(0, ["busy/gang"], id="any-size"),
