@@ -15,6 +15,7 @@ checks the lock in the database itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.store.leadership import LeaderToken, try_acquire
+from queuemgr.store.leadership import LeaderToken, release, try_acquire
 
 log = logging.getLogger(__name__)
 
@@ -127,4 +128,8 @@ class LeaderElector:
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
+            if self._token is not None and self._conn is not None:
+                # A dead connection has lost the lock already.
+                with contextlib.suppress(SQLAlchemyError):
+                    release(self._conn)
             self._drop()

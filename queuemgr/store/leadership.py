@@ -59,6 +59,15 @@ def try_acquire(conn: Connection) -> LeaderToken | None:
     return LeaderToken(pid=int(row.pid), backend_start=row.backend_start)
 
 
+def release(conn: Connection) -> None:
+    """Give the leader lock up on ``conn`` now: a standby's next try wins at once.
+
+    Closing the connection releases it too, but only once the server notices
+    the disconnect, which a loaded machine can delay past the standby's try.
+    """
+    conn.execute(text("SELECT pg_advisory_unlock(:ns, :key)"), {"ns": NAMESPACE, "key": LEADER_KEY})
+
+
 _HELD = text("""
 SELECT EXISTS (
   SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
-from queuemgr.store.leadership import NotLeader, holder_pid
+from queuemgr.store.leadership import NotLeader, holder_pid, release, try_acquire
 from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
 from tests.integration.service.helpers import make_loop, placements, states, wait_for
@@ -130,3 +130,32 @@ def test_an_old_leader_that_lost_its_lock_cannot_commit(engine: Engine) -> None:
 
 def _commit(loop: SchedulerLoop, *args: object) -> None:
     loop._commit(*args, now=time.time())  # type: ignore[arg-type]
+
+
+def test_a_stopping_leader_hands_over_at_once(engine: Engine) -> None:
+    _, leaving, _ = make_loop(engine, replica="leaving")
+    _, standby, _ = make_loop(engine, replica="standby")
+    try:
+        assert leaving.step()
+        assert not standby.step()
+        leaving.stop()
+        # Released by an explicit unlock before the connection closes: the standby's
+        # very next try wins, however late the server notices the disconnect.
+        assert standby.step()
+        with engine.connect() as conn:
+            assert standby.token is not None and holder_pid(conn) == standby.token.pid
+    finally:
+        leaving.stop()
+        standby.stop()
+
+
+def test_release_gives_the_lock_up_while_its_connection_stays_open(engine: Engine) -> None:
+    autocommit = {"isolation_level": "AUTOCOMMIT"}
+    with (
+        engine.connect().execution_options(**autocommit) as first,
+        engine.connect().execution_options(**autocommit) as second,
+    ):
+        assert try_acquire(first) is not None
+        assert try_acquire(second) is None
+        release(first)
+        assert try_acquire(second) is not None
