@@ -122,11 +122,7 @@ class Backfill:
             if len(self.reservations) - self._largest >= self.snapshot.policy.reservation_depth:
                 return verdict
             made = self._reserve(cq, w, admitted, evictions)
-        return Verdict(
-            reason=verdict.reason,
-            detail=f"{verdict.message}; {made.describe()}",
-            eta=made.start,
-        )
+        return _reserved(verdict, made)
 
     def reserve_largest(
         self,
@@ -138,12 +134,7 @@ class Backfill:
     ) -> Verdict:
         """Reserve for one of the largest pending workloads, outside the depth's count."""
         self._largest += 1
-        made = self._reserve(cq, w, admitted, evictions)
-        return Verdict(
-            reason=verdict.reason,
-            detail=f"{verdict.message}; {made.describe()}",
-            eta=made.start,
-        )
+        return _reserved(verdict, self._reserve(cq, w, admitted, evictions))
 
     def _reserve(
         self,
@@ -252,3 +243,12 @@ def largest_pending(
 
 def _would_delay(guard: Guard) -> str:
     return f"would delay {guard.w.id}, {guard.reservation.describe()}"
+
+
+def _reserved(verdict: Verdict, made: Reservation) -> Verdict:
+    """``verdict`` with the reservation made for it: its message and its ETA."""
+    return Verdict(
+        reason=verdict.reason,
+        detail=f"{verdict.message}; {made.describe()}",
+        eta=made.start,
+    )

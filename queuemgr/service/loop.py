@@ -294,7 +294,7 @@ class SchedulerLoop:
                 self._requeue(token, wid)
         if self._backend.start_concurrency <= 1 or len(starts) <= 1:
             for a in starts:
-                self._retry(token, partial(self._backend.start, a))
+                self._start(token, a)
             return
         # Each start is a round trip to the API server: overlapped, a cycle's many
         # admissions reach their jobs in a fraction of the time. Each still retries alone.

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner
-
-from queuemgr.cli.main import main
-
-SCENARIO = Path(__file__).resolve().parents[2] / "bench" / "scenarios" / "fair-sharing.yaml"
+from tests.e2e.scenarios import replay
 
 
 def _held_gpus(events: list[dict[str, Any]], until: float) -> dict[str, int]:
@@ -30,12 +25,7 @@ def _held_gpus(events: list[dict[str, Any]], until: float) -> dict[str, int]:
 
 
 def test_fair_sharing_evens_out_the_borrowers_then_stops(tmp_path: Path) -> None:
-    summary_path = tmp_path / "summary.json"
-    result = CliRunner().invoke(
-        main, ["simulate", str(SCENARIO), "--events", "-", "--summary", str(summary_path)]
-    )
-    assert result.exit_code == 0, result.stderr
-    events = [json.loads(line) for line in result.stdout.splitlines()]
+    events, summary = replay("fair-sharing.yaml", tmp_path)
     evicted = [e for e in events if e["event"] == "evicted"]
     # team-b's first job is within its nominal quota (reclaim); the next two borrow, and
     # fair sharing takes team-a's most recently admitted borrowed jobs for them.
@@ -57,7 +47,6 @@ def test_fair_sharing_evens_out_the_borrowers_then_stops(tmp_path: Path) -> None
     back = [e for e in events if e["event"] == "admitted" and e["t"] > 602.0]
     assert {e["workload"] for e in back} >= {"team-a/sweep-3", "team-a/sweep-4", "team-a/sweep-5"}
     assert all(not e.get("victims") for e in back)
-    summary = json.loads(summary_path.read_text())
     assert summary["evictions"] == 3
     assert summary["finished"] == summary["workloads"] == 10
     assert summary["invariant_violations"] == 0

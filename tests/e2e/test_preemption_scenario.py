@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from queuemgr.cli.main import main
-
-SCENARIO = Path(__file__).resolve().parents[2] / "bench" / "scenarios" / "reclaim.yaml"
+from tests.e2e.scenarios import replay
 
 
 def test_reclaim_evicts_only_borrowers_and_loses_nothing(tmp_path: Path) -> None:
-    summary_path = tmp_path / "summary.json"
-    result = CliRunner().invoke(
-        main, ["simulate", str(SCENARIO), "--events", "-", "--summary", str(summary_path)]
-    )
-    assert result.exit_code == 0, result.stderr
-    events = [json.loads(line) for line in result.stdout.splitlines()]
+    events, summary = replay("reclaim.yaml", tmp_path)
     train = next(e for e in events if e["workload"] == "team-a/train" and e["event"] == "admitted")
     # team-a's own quota comes back at once, not when team-b's 10-hour jobs end.
     assert train["t"] == 600.0
@@ -34,7 +24,6 @@ def test_reclaim_evicts_only_borrowers_and_loses_nothing(tmp_path: Path) -> None
         e for e in events if e["workload"] == "team-a/urgent" and e["event"] == "admitted"
     )
     assert urgent["victims"] == ["team-a/train"]
-    summary = json.loads(summary_path.read_text())
     # Every victim was requeued and finished in the end; nothing was lost.
     assert summary["finished"] == summary["workloads"] == 6
     assert summary["evictions"] == sum(e["event"] == "evicted" for e in events)

@@ -14,9 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from sqlalchemy import Engine
 
 from tests.controlplane import build
 from tests.controlplane.harness import ControlPlane, start_control_plane
+from tests.integration.k8s.kube_env import KubeEnv, kube_env
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +52,11 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         core.create_namespace({"metadata": {"name": name}})
         yield name
         core.delete_namespace(name)
+
+
+@pytest.fixture
+def env(control_plane: ControlPlane, engine: Engine, database_url: str) -> Iterator[KubeEnv]:
+    """Two managed namespaces, GPU nodes and their queues (KubeEnv.setup); torn down after."""
+    with kube_env(control_plane, engine, database_url) as e:
+        e.setup()
+        yield e

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,13 +34,6 @@ from tests.integration.k8s.crds import install_job_crds
 from tests.integration.k8s.kube_env import POOL, FakeKubelet, KubeEnv, job_manifest, kube_env
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(control_plane: ControlPlane, engine: Engine, database_url: str) -> Iterator[KubeEnv]:
-    with kube_env(control_plane, engine, database_url) as e:
-        e.setup()
-        yield e
 
 
 def test_jobs_admitted_in_fair_share_order_run_on_the_flavor_and_free_quota(env: KubeEnv) -> None:

@@ -13,34 +13,25 @@ once it has used up its requeues.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from sqlalchemy import Engine, text
+from sqlalchemy import text
 
 from queuemgr.k8s.jobstatus import REASON_ANNOTATION
 from queuemgr.service.kube_config import PodsReadySettings
 from queuemgr.service.kube_readiness import REQUEUE_COUNT
-from tests.controlplane.harness import ControlPlane, wait_for
+from tests.controlplane.harness import wait_for
 from tests.integration.k8s.kube_env import (
     FakeKubelet,
     KubeEnv,
     job_manifest,
-    kube_env,
     store_webhook,
     webhook_unreachable,
 )
 
 pytestmark = pytest.mark.integration
 ADMITTED_AT = text("SELECT name, admitted_at FROM workloads")
-
-
-@pytest.fixture
-def env(control_plane: ControlPlane, engine: Engine, database_url: str) -> Iterator[KubeEnv]:
-    with kube_env(control_plane, engine, database_url) as e:
-        e.setup()
-        yield e
 
 
 def test_with_the_service_down_jobs_stay_suspended_and_nothing_is_lost(env: KubeEnv) -> None:

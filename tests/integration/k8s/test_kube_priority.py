@@ -20,17 +20,10 @@ from sqlalchemy import Engine, text
 
 from queuemgr.k8s.jobframework import PRIORITY_LABEL
 from queuemgr.k8s.jobstatus import REASON_ANNOTATION
-from tests.controlplane.harness import ControlPlane, wait_for
-from tests.integration.k8s.kube_env import FakeKubelet, KubeEnv, job_manifest, kube_env
+from tests.controlplane.harness import wait_for
+from tests.integration.k8s.kube_env import FakeKubelet, KubeEnv, job_manifest
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def env(control_plane: ControlPlane, engine: Engine, database_url: str) -> Iterator[KubeEnv]:
-    with kube_env(control_plane, engine, database_url) as e:
-        e.setup()
-        yield e
 
 
 @contextlib.contextmanager
