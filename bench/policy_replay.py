@@ -23,7 +23,7 @@ error: for each job that had to wait, |actual start - the ETA its status gave
 in its first cycle|, median and p90 (jobs with an unknown ETA are not counted).
 
     python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--largest-min-gpus G]
-        [--policies 1,3] [--parallel] [--plot waits.png]
+        [--ordering fifo|usage] [--policies 1,3] [--parallel] [--plot waits.png]
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ LIMITS = [3600.0 * h for h in (1, 4, 12, 24, 72, 168, 720, 1440)]
 TARGETS = {"p95 >=32": ("<=", 0.5), "p95 1-GPU": ("<=", 1.1), "utilization": (">=", 1.0)}
 
 
-def policies(depth: int, largest: int, min_gpus: int) -> dict[str, SchedulerPolicy]:
+def policies(
+    depth: int, largest: int, min_gpus: int, ordering: Ordering = Ordering.USAGE
+) -> dict[str, SchedulerPolicy]:
     """The three policies of the issue: nothing of it, the defaults, and the best one."""
-    best = f"reservations {depth} + usage"
+    best = f"reservations {depth} + {ordering.value}"
     if largest:
         best += f" + largest {largest}" + (f" (>={min_gpus} GPUs)" if min_gpus else "")
     return {
@@ -65,7 +67,7 @@ def policies(depth: int, largest: int, min_gpus: int) -> dict[str, SchedulerPoli
         "queuemgr defaults": SchedulerPolicy(),
         best: SchedulerPolicy(
             reservation_depth=depth,
-            ordering=Ordering.USAGE,
+            ordering=ordering,
             largest_reservations=largest,
             largest_min_gpus=min_gpus,
         ),
@@ -228,6 +230,12 @@ def main() -> None:
         help="largest_min_gpus of the third policy (default 9: gangs of more than one node)",
     )
     parser.add_argument(
+        "--ordering",
+        choices=[o.value for o in Ordering],
+        default=Ordering.USAGE.value,
+        help="ordering of the third policy (default usage)",
+    )
+    parser.add_argument(
         "--policies",
         default="",
         help="comma-separated 1-based numbers of the policies to run (default: all); "
@@ -246,7 +254,7 @@ def main() -> None:
         for sw in jobs
     ]
     meters: dict[str, Meter] = {}
-    chosen = policies(args.depth, args.largest, args.largest_min_gpus)
+    chosen = policies(args.depth, args.largest, args.largest_min_gpus, Ordering(args.ordering))
     if args.policies:
         names = list(chosen)
         picked = {names[int(i) - 1] for i in args.policies.split(",")}
