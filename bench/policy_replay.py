@@ -226,8 +226,9 @@ def main() -> None:
     parser.add_argument(
         "--largest-min-gpus",
         type=int,
-        default=9,
-        help="largest_min_gpus of the third policy (default 9: gangs of more than one node)",
+        default=32,
+        help="largest_min_gpus of the third policy (default 32: gangs of four 8-GPU nodes "
+        "or more; 9 lets every multi-node gang go first)",
     )
     parser.add_argument(
         "--ordering",
