@@ -291,11 +291,11 @@ def main() -> None:
             ratios = [f"{k} {_ratio(res[k], base[k])}" for k in TARGETS]
             print(f"  {name:<48}" + ", ".join(ratios))
     if args.plot is not None:
-        plot(meters, args.plot, len(jobs))
+        plot(meters, args.plot, f"first {len(jobs)}" if args.limit else f"all {len(jobs)}")
         print(f"plot written to {args.plot}")
 
 
-def plot(meters: dict[str, Meter], path: Path, jobs: int) -> None:
+def plot(meters: dict[str, Meter], path: Path, jobs: str) -> None:
     """Grouped bars: p95 wait (hours) per gang-size bucket, one bar per policy."""
     import matplotlib
 
@@ -317,7 +317,7 @@ def plot(meters: dict[str, Meter], path: Path, jobs: int) -> None:
     ax.set_xticks([b + 0.4 - width / 2 for b in range(len(buckets))], [b[2] for b in buckets])
     ax.set_xlabel("GPUs per job")
     ax.set_ylabel("p95 wait (hours)")
-    ax.set_title(f"Philly, first {jobs} jobs, 160x8 GPUs, 8 assigned tenants")
+    ax.set_title(f"Philly, {jobs} jobs, 160x8 GPUs, 8 assigned tenants")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
