@@ -14,9 +14,11 @@ store writes, each with a NOTIFY that wakes the scheduler:
   with ``Deleted``, which frees its quota;
 - a job running without an admission in the store (created while no webhook
   suspended it) -> suspended again, guarded by its ``resourceVersion``;
-- a Node added, changed (allocatable, labels, taints, cordoned) or deleted
-  -> ``upsert_node`` (audited; a deleted node stays, unschedulable), so
-  capacity follows the cluster.
+- a Node added or changed (allocatable, labels, taints, cordoned)
+  -> ``upsert_node`` (audited), so capacity follows the cluster;
+- a Node deleted, or gone while the service was down -> ``retire_nodes``
+  (audited): its row goes once nothing is placed on it, and meanwhile it
+  stays, unschedulable, so its running pods are still accounted.
 
 What must stay true: only the leader writes (a standby's watches stay warm;
 on election it resyncs everything); nothing is written before every watch has
@@ -27,7 +29,6 @@ coalesced per object and handled in batches, one store read per batch.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -94,7 +95,8 @@ class JobSync(Worker):
         self._lock = threading.Lock()
         self._jobs: set[str] = set()
         self._nodes: set[str] = set()
-        self._gone_nodes: dict[str, Obj] = {}
+        self._node_deleted = False  # a Node went since the last pass: retire it
+        self._kept: set[str] = set()  # gone Nodes still holding placements
         self._namespaces: set[str] = set()
         self._upserted: dict[str, Node] = {}  # the last node written, to skip no-op upserts
         self._resync = True
@@ -111,9 +113,7 @@ class JobSync(Worker):
             elif topic is Topic.NODE:
                 self._nodes.add(key)
                 if change is Change.DELETED:
-                    self._gone_nodes[key] = obj
-                else:
-                    self._gone_nodes.pop(key, None)
+                    self._node_deleted = True
             elif topic is Topic.NAMESPACE:
                 self._namespaces.add(key)
             elif topic is Topic.PRIORITY_CLASS:
@@ -158,12 +158,13 @@ class JobSync(Worker):
         with self._lock:
             if resync:
                 self._jobs = {r.workload_id for r in self._watch.jobs()}
-                self._nodes = {key_of(n) for n in self._watch.nodes()} | set(self._gone_nodes)
+                self._nodes = {key_of(n) for n in self._watch.nodes()}
                 self._namespaces.clear()
             jobs, self._jobs = self._jobs, set()
             nodes, self._nodes = self._nodes, set()
             namespaces, self._namespaces = self._namespaces, set()
             classes_changed, self._classes_changed = self._classes_changed, False
+            node_deleted, self._node_deleted = self._node_deleted, False
         if classes_changed:
             jobs |= {r.workload_id for r in self._watch.jobs()}
         if namespaces:
@@ -179,6 +180,9 @@ class JobSync(Worker):
             self._sync_jobs(ordered[i : i + self._batch])
         if resync:
             self._finish_vanished()
+        # A kept Node may be free once a job of this pass finished.
+        if resync or node_deleted or (self._kept and jobs):
+            self._retire_nodes()
         self.passes += 1
 
     # -- nodes -----------------------------------------------------------------------------
@@ -186,17 +190,13 @@ class JobSync(Worker):
         changed: list[Node] = []
         for name in names:
             obj = self._watch.node(name)
-            gone = obj is None
-            obj = obj or self._gone_nodes.get(name)
             if obj is None:
-                continue
+                continue  # deleted: _retire_nodes' business
             try:
                 node = node_from_k8s(obj)
             except NodeError as error:
                 log.warning("node %s not taken: %s", name, error)
                 continue
-            if gone:
-                node = dataclasses.replace(node, schedulable=False)
             if self._upserted.get(name) != node:
                 changed.append(node)
         if not changed:
@@ -207,6 +207,18 @@ class JobSync(Worker):
                 notify(conn, "config")
         for n in changed:
             self._upserted[n.name] = n
+
+    def _retire_nodes(self) -> None:
+        present = {key_of(n) for n in self._watch.nodes()}
+        with self._engine.begin() as conn:
+            deleted, kept = store_config.retire_nodes(conn, present, actor=ACTOR)
+            if deleted or set(kept) - self._kept:
+                notify(conn, "config")
+        for name in (*deleted, *kept):  # written here, not by _sync_nodes: compare afresh
+            self._upserted.pop(name, None)
+        if deleted:
+            log.info("nodes gone from the cluster, removed from the store: %s", deleted)
+        self._kept = set(kept)
 
     # -- jobs ------------------------------------------------------------------------------
     def _sync_jobs(self, wids: list[str]) -> None:

@@ -9,12 +9,16 @@ What must stay true: an upsert that changes nothing writes nothing (node
 capacity is re-reported constantly); the row is locked (``FOR UPDATE``) while
 its "before" is read, so two concurrent admins produce two consistent audit
 rows, never one overwriting the other unseen; :func:`load_config` returns the
-exact core objects that were upserted.
+exact core objects that were upserted; a node the cluster no longer has is
+deleted only once no placement names it (until then it stays, unschedulable,
+so the capacity its pods hold is still accounted).
 """
 
 from __future__ import annotations
 
 import getpass
+from collections.abc import Collection
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -46,6 +50,7 @@ from queuemgr.store.models import (
     CohortRow,
     Flavor,
     LocalQueueRow,
+    PlacementRow,
 )
 from queuemgr.store.models import Node as NodeRow
 from queuemgr.store.workloads import atomic
@@ -125,6 +130,43 @@ def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
         before = None if old is None else codec.node_json(_node_of(old))
         after = codec.node_json(n)
         return _write(conn, NodeRow, "Node", n.name, before, after, actor=actor)
+
+
+def retire_nodes(
+    conn: Connection, present: Collection[str], *, actor: str
+) -> tuple[list[str], list[str]]:
+    """Forget the nodes the cluster no longer has, once nothing runs on them.
+
+    A stored node not in ``present`` is deleted (audited) when no placement
+    names it; one that still holds placements stays, marked unschedulable, so
+    its pods stay accounted until they end and nothing new lands there.
+    Returns (deleted, kept).
+    """
+    deleted: list[str] = []
+    kept: list[str] = []
+    with atomic(conn):
+        rows = _rows(conn, select(NodeRow.__table__).order_by(NodeRow.name).with_for_update())
+        gone = [r for r in rows if r["name"] not in present]
+        if not gone:
+            return deleted, kept
+        occupied = set(
+            conn.execute(
+                select(PlacementRow.node)
+                .where(PlacementRow.node.in_([r["name"] for r in gone]))
+                .distinct()
+            ).scalars()
+        )
+        for r in gone:
+            name, before = r["name"], codec.node_json(_node_of(r))
+            if name in occupied:
+                kept.append(name)
+                if r["schedulable"]:
+                    upsert_node(conn, replace(_node_of(r), schedulable=False), actor=actor)
+                continue
+            conn.execute(delete(NodeRow).where(NodeRow.name == name))
+            _audit(conn, actor=actor, kind="Node", name=name, before=before, after=None)
+            deleted.append(name)
+    return deleted, kept
 
 
 def _write(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from queuemgr.core.model import ReclaimWithinCohort
 from queuemgr.k8s.cluster import WORKLOAD_LABEL
@@ -169,6 +169,40 @@ def test_nodes_follow_the_cluster_and_a_deleted_job_frees_its_quota(env: KubeEnv
         assert env.suspended(a, "gang")
         env.core.patch_node(free, {"spec": {"unschedulable": False}})
         env.wait_running(a, "gang", 2)
+
+
+def _stored_nodes(env: KubeEnv) -> dict[str, bool]:
+    with env.engine.connect() as conn:
+        rows = conn.execute(text("SELECT name, schedulable FROM nodes"))
+        return {r.name: r.schedulable for r in rows if r.name in env.nodes}
+
+
+def test_a_deleted_node_leaves_the_store_once_nothing_runs_on_it(env: KubeEnv) -> None:
+    a, _ = env.namespaces
+    with FakeKubelet(env.plane, list(env.namespaces)):
+        env.start()
+        wait_for(lambda: len(_stored_nodes(env)) == 2, what="both nodes in the store")
+        env.batch.create_namespaced_job(a, job_manifest("one"))
+        env.wait_running(a, "one", 1)
+        busy = env.bound_pods(a, "one")[0].spec.node_name
+        free = next(n for n in env.nodes if n != busy)
+        env.core.delete_node(free)
+        wait_for(lambda: free not in _stored_nodes(env), what="the free node gone from the store")
+        # The busy node goes too, but its pod's GPUs stay accounted until the job ends.
+        env.core.delete_node(busy)
+        wait_for(lambda: _stored_nodes(env) == {busy: False}, what="the busy node unschedulable")
+        assert env.admitted_gpus() == 8
+        env.batch.delete_namespaced_job("one", a, propagation_policy="Background")
+        env.wait_state("one", "Finished")
+        wait_for(lambda: _stored_nodes(env) == {}, what="the busy node gone once its job ended")
+        with env.engine.connect() as conn:
+            deleted = conn.execute(
+                text(
+                    "SELECT object_name FROM audit_log"
+                    " WHERE object_kind = 'Node' AND action = 'delete' ORDER BY id"
+                )
+            ).scalars()
+            assert list(deleted) == [free, busy]
 
 
 def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(

@@ -10,10 +10,18 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
+from queuemgr.core.cycle import schedule
 from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, Ordering, QueueingStrategy
-from queuemgr.store.config import load_config, upsert_cluster_queue, upsert_cohort, upsert_node
+from queuemgr.store.config import (
+    load_config,
+    retire_nodes,
+    upsert_cluster_queue,
+    upsert_cohort,
+    upsert_node,
+)
 from queuemgr.store.repository import load_state
-from queuemgr.store.workloads import insert_workload
+from queuemgr.store.transitions import mark_finished
+from queuemgr.store.workloads import insert_workload, persist_decisions
 from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
 
 pytestmark = pytest.mark.integration
@@ -131,3 +139,46 @@ def test_a_stopped_queue_admits_nothing_but_keeps_its_config(engine: Engine) -> 
     state = load_state(engine)
     assert state.stopped == {CQ.name} and CQ.name in state.config.cluster_queues
     assert state.pending == ()
+
+
+def _node_rows(engine: Engine) -> dict[str, bool]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT name, schedulable FROM nodes"))
+        return {r.name: r.schedulable for r in rows}
+
+
+def test_a_gone_node_is_deleted_once_nothing_runs_on_it_and_held_unschedulable_until_then(
+    engine: Engine,
+) -> None:
+    seed_config(engine)  # node-0 and node-1, 8 GPUs each
+    with engine.begin() as conn:
+        insert_workload(conn, gang("runs", pods=2))  # one pod on each node
+    before = load_state(engine)
+    decisions = schedule(before.snapshot(), 1_700_000_100.0)
+    placed = {p.node for a in decisions.admitted for p in a.admission.placements}
+    assert placed == {"node-0", "node-1"}
+    with engine.begin() as conn:
+        persist_decisions(conn, decisions, now=1_700_000_100.0, previous=before.statuses)
+
+    # Both nodes go from the cluster; the gang's pods still hold them.
+    with engine.begin() as conn:
+        assert retire_nodes(conn, {"elsewhere"}, actor="test") == ([], ["node-0", "node-1"])
+    assert _node_rows(engine) == {"node-0": False, "node-1": False}
+    assert [r.action for r in _audit(engine)[-2:]] == ["update", "update"]
+    with engine.begin() as conn:  # again: nothing changes, nothing is audited
+        audited = len(_audit(engine))
+        assert retire_nodes(conn, set(), actor="test") == ([], ["node-0", "node-1"])
+    assert len(_audit(engine)) == audited
+
+    wid = decisions.admitted[0].workload.id
+    with engine.begin() as conn:
+        mark_finished(conn, wid, now=1_700_000_200.0)
+    # node-1 came back meanwhile (the job sync re-upserts it); node-0 did not.
+    with engine.begin() as conn:
+        assert retire_nodes(conn, {"node-1"}, actor="test") == (["node-0"], [])
+    assert _node_rows(engine) == {"node-1": False}
+    last = _audit(engine)[-1]
+    assert (last.action, last.object_kind, last.object_name) == ("delete", "Node", "node-0")
+    assert last.before["allocatable"] and last.after is None
+    with engine.connect() as conn:
+        assert set(load_config(conn)[0].nodes) == {"node-1"}
