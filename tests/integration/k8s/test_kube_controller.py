@@ -205,6 +205,20 @@ def test_a_deleted_node_leaves_the_store_once_nothing_runs_on_it(env: KubeEnv) -
             assert list(deleted) == [free, busy]
 
 
+def test_a_node_deleted_while_the_service_was_down_leaves_the_store_on_restart(
+    env: KubeEnv,
+) -> None:
+    with FakeKubelet(env.plane, list(env.namespaces)):
+        env.start()
+        wait_for(lambda: len(_stored_nodes(env)) == 2, what="both nodes in the store")
+        env.stop()
+        gone, kept = env.nodes
+        env.core.delete_node(gone)
+        assert _stored_nodes(env) == {gone: True, kept: True}  # nobody noticed
+        env.start()
+        wait_for(lambda: _stored_nodes(env) == {kept: True}, what="the gone node retired")
+
+
 def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(
     control_plane: ControlPlane, engine: Engine, database_url: str
 ) -> None:
