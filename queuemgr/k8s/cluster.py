@@ -16,12 +16,18 @@ What must stay true:
 - listeners run on the reflector threads: they must return quickly (hand
   the work to a queue), and they must not raise;
 - :meth:`ClusterWatch.synced` is false until every reflector has listed
-  once: before that, the cache's silence means nothing.
+  once: before that, the cache's silence means nothing;
+- a job kind whose CRD is not served at start (``later``) is looked for
+  again every ``discovery_interval`` seconds and watched from the moment it
+  is served, so a JobSet created after its CRD was installed is not left
+  suspended by the webhook with nobody watching it; a kind once watched
+  stays watched.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +41,7 @@ from queuemgr.k8s.jobframework import JobBase
 from queuemgr.k8s.reflector import Change, Obj, Reflector, key_of
 
 WORKLOAD_LABEL = "queuemgr.io/workload"
+log = logging.getLogger(__name__)
 
 
 class Topic(enum.Enum):
@@ -103,22 +110,27 @@ class ClusterWatch:
         api_client: client.ApiClient,
         kinds: Sequence[KindApi],
         *,
+        later: Sequence[KindApi] = (),
+        discovery_interval: float = 30.0,
         managed_namespaces: str = "",
         watch_timeout: int = 300,
     ) -> None:
         core = client.CoreV1Api(api_client)
-        self.kinds = list(kinds)
         self._listeners: list[Listener] = []
         self._lock = threading.Condition()
         self._pods: dict[str, dict[str, Obj]] = {}  # workload -> pod key -> pod
+        self._watch_timeout = watch_timeout
+        # Replaced whole, never changed in place: readers on other threads take one tuple.
+        self._kinds: tuple[tuple[KindApi, Reflector], ...] = tuple(
+            (api, self._job_reflector(api)) for api in kinds
+        )
+        self._later = list(later)
+        self._discovery_interval = discovery_interval
+        self._discovery: threading.Thread | None = None
+        self._stopping = threading.Event()
 
         def on(topic: Topic) -> Callable[[Change, Obj], None]:
             return lambda change, obj: self._changed(topic, change, obj)
-
-        self._jobs = [
-            Reflector(api.kind.PLURAL, api.lister(), on(Topic.JOB), watch_timeout=watch_timeout)
-            for api in self.kinds
-        ]
 
         def pods(**kwargs: Any) -> Any:
             return core.list_pod_for_all_namespaces(label_selector=WORKLOAD_LABEL, **kwargs)
@@ -143,10 +155,22 @@ class ClusterWatch:
             else None
         )
 
+    def _job_reflector(self, api: KindApi) -> Reflector:
+        def changed(change: Change, obj: Obj) -> None:
+            self._changed(Topic.JOB, change, obj)
+
+        return Reflector(api.kind.PLURAL, api.lister(), changed, watch_timeout=self._watch_timeout)
+
+    @property
+    def kinds(self) -> list[KindApi]:
+        """The job kinds watched now."""
+        return [api for api, _ in self._kinds]
+
     @property
     def reflectors(self) -> list[Reflector]:
         extra = [] if self._namespaces is None else [self._namespaces]
-        return [*self._jobs, self._pod_reflector, self._nodes, self._priorities, *extra]
+        jobs = [r for _, r in self._kinds]
+        return [*jobs, self._pod_reflector, self._nodes, self._priorities, *extra]
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -171,10 +195,34 @@ class ClusterWatch:
     def start(self) -> None:
         for r in self.reflectors:
             r.start()
+        if self._later:
+            self._discovery = threading.Thread(
+                target=self._discover, name="queuemgr-kind-discovery", daemon=True
+            )
+            self._discovery.start()
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._discovery is not None:
+            self._discovery.join()
         for r in self.reflectors:
             r.stop()
+
+    def _discover(self) -> None:
+        while self._later and not self._stopping.wait(self._discovery_interval):
+            for api in list(self._later):
+                try:
+                    served = api.served()
+                except Exception as exc:  # the API server may be away; ask again later
+                    log.info("looking for %s: %s", api.name, exc)
+                    continue
+                if not served or self._stopping.is_set():
+                    continue
+                reflector = self._job_reflector(api)
+                reflector.start()
+                self._kinds = (*self._kinds, (api, reflector))
+                self._later.remove(api)
+                log.info("%s is served now; its jobs are watched", api.name)
 
     @property
     def synced(self) -> bool:
@@ -186,22 +234,18 @@ class ClusterWatch:
 
     # -- reads -----------------------------------------------------------------------
     def job(self, workload_id: str) -> JobRef | None:
-        for api, reflector in zip(self.kinds, self._jobs, strict=True):
+        for api, reflector in self._kinds:
             obj = reflector.get(workload_id)
             if obj is not None:
                 return JobRef(api, obj)
         return None
 
     def jobs(self) -> list[JobRef]:
-        return [
-            JobRef(api, obj)
-            for api, reflector in zip(self.kinds, self._jobs, strict=True)
-            for obj in reflector.items()
-        ]
+        return [JobRef(api, obj) for api, reflector in self._kinds for obj in reflector.items()]
 
     def remember(self, ref: JobRef, obj: Obj) -> None:
         """A job as a write of ours returned it (newer than the watch has told yet)."""
-        self._jobs[self.kinds.index(ref.api)].remember(obj)
+        next(r for api, r in self._kinds if api is ref.api).remember(obj)
 
     def pods(self, workload_id: str) -> list[Obj]:
         with self._lock:

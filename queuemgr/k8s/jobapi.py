@@ -116,13 +116,14 @@ class KindApi:
         return True
 
 
-def served_kinds(api_client: client.ApiClient) -> list[KindApi]:
-    """The job kinds this cluster serves, ``batch/v1`` Job first."""
-    out = []
+def served_kinds(api_client: client.ApiClient) -> tuple[list[KindApi], list[KindApi]]:
+    """The job kinds this cluster serves now, ``batch/v1`` Job first, and those it does not."""
+    served, later = [], []
     for kind in KINDS:
         api = KindApi(api_client, kind)
         if api.served():
-            out.append(api)
+            served.append(api)
         else:
-            log.info("%s is not served (no CRD); its jobs are not watched", api.name)
-    return out
+            log.info("%s is not served (no CRD); watched once it is", api.name)
+            later.append(api)
+    return served, later

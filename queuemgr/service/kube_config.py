@@ -29,6 +29,7 @@ KEYS = (
     "burst",
     "status_qps",
     "watch_timeout",
+    "kind_discovery_interval",
     "stop_timeout",
     "start_concurrency",
     "pods_ready",
@@ -57,6 +58,8 @@ class KubernetesSettings:
     burst: int = 40  # requests it may send at once
     status_qps: float = 5.0  # status write-back's share of qps
     watch_timeout: int = 300  # seconds a watch request lasts before it is renewed
+    # How often a job kind whose CRD was not served is looked for again.
+    kind_discovery_interval: float = 30.0
     stop_timeout: float = 30.0  # seconds a stop waits for the gang's pods to go
     start_concurrency: int = 8  # admitted gangs started (PATCHed) at once
     pods_ready: PodsReadySettings | None = field(default_factory=PodsReadySettings)
@@ -90,7 +93,7 @@ def parse_kubernetes(
             except ValueError as error:
                 raise KubeConfigError(f"{path}: {error}") from None
             out[key] = text
-        elif key in ("qps", "status_qps", "stop_timeout"):
+        elif key in ("qps", "status_qps", "stop_timeout", "kind_discovery_interval"):
             out[key] = _positive(value, path)
         elif key in ("burst", "watch_timeout", "start_concurrency"):
             out[key] = y.integer(value, path, minimum=1)

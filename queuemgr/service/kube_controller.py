@@ -56,9 +56,12 @@ class KubeController:
         self.client = client or api_client(
             settings.kubeconfig, qps=settings.qps, burst=settings.burst, context=settings.context
         )
+        served, later = served_kinds(self.client)
         self.watch = ClusterWatch(
             self.client,
-            served_kinds(self.client),
+            served,
+            later=later,
+            discovery_interval=settings.kind_discovery_interval,
             managed_namespaces=settings.managed_namespaces,
             watch_timeout=settings.watch_timeout,
         )

@@ -75,3 +75,30 @@ def install_job_crds(api_client: client.ApiClient) -> None:
         return True
 
     wait_for(served, timeout=60, interval=0.5, what="the JobSet and PyTorchJob CRDs to be served")
+
+
+def remove_job_crds(api_client: client.ApiClient) -> None:
+    """Delete the JobSet and PyTorchJob CRDs (if there) and wait until they are not served."""
+    extensions = client.ApiextensionsV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    for kind in (JobSet, PyTorchJob):
+        try:
+            extensions.delete_custom_resource_definition(f"{kind.PLURAL}.{kind.GROUP}")
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def gone() -> bool:
+        for kind in (JobSet, PyTorchJob):
+            try:
+                custom.list_namespaced_custom_object(
+                    kind.GROUP, kind.VERSION, "default", kind.PLURAL
+                )
+            except ApiException as error:
+                if error.status == 404:
+                    continue
+                raise
+            return False
+        return True
+
+    wait_for(gone, timeout=60, interval=0.5, what="the JobSet and PyTorchJob CRDs to go")

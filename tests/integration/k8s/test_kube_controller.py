@@ -30,7 +30,7 @@ from queuemgr.k8s.jobstatus import (
 )
 from queuemgr.k8s.kinds import PyTorchJob
 from tests.controlplane.harness import ControlPlane, wait_for
-from tests.integration.k8s.crds import install_job_crds
+from tests.integration.k8s.crds import install_job_crds, remove_job_crds
 from tests.integration.k8s.kube_env import POOL, FakeKubelet, KubeEnv, job_manifest, kube_env
 
 pytestmark = pytest.mark.integration
@@ -275,3 +275,39 @@ def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(
         env.wait_state("ddp", "Finished")
         assert env.states()["ddp"] == ("Finished", "Succeeded")
         assert env.admitted_gpus() == 0
+
+
+def test_a_crd_installed_after_the_service_started_is_watched_and_its_jobs_queued(
+    control_plane: ControlPlane, engine: Engine, database_url: str
+) -> None:
+    with kube_env(control_plane, engine, database_url) as env:
+        env.setup()
+        remove_job_crds(env.api)  # an earlier test of this control plane may have installed them
+        a, _ = env.namespaces
+        custom = client.CustomObjectsApi(env.api)
+        group, version, plural = PyTorchJob.GROUP, PyTorchJob.VERSION, PyTorchJob.PLURAL
+        body = {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "late", "labels": {QUEUE_LABEL: "default"}},
+            "spec": {
+                "runPolicy": {"suspend": True},
+                "pytorchReplicaSpecs": {
+                    "Master": {
+                        "replicas": 1,
+                        "template": job_manifest("unused")["spec"]["template"],
+                    }
+                },
+            },
+        }
+        service = env.start(kind_discovery_interval=0.5)
+        assert service.kube is not None
+        watched = {api.kind.KIND for api in service.kube.watch.kinds}
+        assert "PyTorchJob" not in watched
+        install_job_crds(env.api)
+        custom.create_namespaced_custom_object(group, version, a, plural, body)
+        env.wait_state("late", "Admitted")
+        got = custom.get_namespaced_custom_object(group, version, a, plural, "late")
+        assert isinstance(got, dict)
+        assert got["spec"]["runPolicy"]["suspend"] is False
+        assert {"JobSet", "PyTorchJob"} <= {api.kind.KIND for api in service.kube.watch.kinds}

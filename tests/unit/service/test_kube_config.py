@@ -19,6 +19,7 @@ kubernetes:
   qps: 30
   burst: 60
   status_qps: 5
+  kind_discovery_interval: 2.5
   pods_ready: {timeout: 120, backoff: 10, backoff_max: 600, requeue_limit: 3}
 """
 
@@ -32,6 +33,7 @@ def test_the_kubernetes_section(tmp_path: Path) -> None:
     assert k.kubeconfig == tmp_path / "kube/admin.conf"
     assert k.managed_namespaces == "queuemgr.io/managed=true,team in (a,b)"
     assert (k.qps, k.burst, k.status_qps) == (30, 60, 5)
+    assert k.kind_discovery_interval == 2.5
     assert k.pods_ready == PodsReadySettings(
         timeout=120, backoff=10, backoff_max=600, requeue_limit=3
     )
@@ -44,6 +46,7 @@ def test_defaults_and_turning_readiness_off(tmp_path: Path) -> None:
     path.write_text("backend: kubernetes\n")
     k = load_config(path, env={}).kubernetes
     assert k.kubeconfig is None and k.managed_namespaces == "" and k.qps == 20
+    assert k.kind_discovery_interval == 30
     assert k.pods_ready is not None and k.pods_ready.timeout == 300
     path.write_text("kubernetes: {pods_ready: {enabled: false}}\n")
     assert load_config(path, env={}).kubernetes.pods_ready is None
@@ -54,6 +57,7 @@ def test_defaults_and_turning_readiness_off(tmp_path: Path) -> None:
     [
         ("kubernetes: {qps: 0}", "kubernetes.qps"),
         ("kubernetes: {burst: 0}", "kubernetes.burst"),
+        ("kubernetes: {kind_discovery_interval: 0}", "kubernetes.kind_discovery_interval"),
         ("kubernetes: {managed_namespaces: 'a in (b'}", "kubernetes.managed_namespaces"),
         ("kubernetes: {bogus: 1}", "bogus"),
         ("kubernetes: {qps: 5, status_qps: 10}", "kubernetes.status_qps"),
