@@ -62,19 +62,12 @@ def install_job_crds(api_client: client.ApiClient) -> None:
             if error.status != 409:
                 raise
 
-    def served() -> bool:
-        for kind in (JobSet, PyTorchJob):
-            try:
-                custom.list_namespaced_custom_object(
-                    kind.GROUP, kind.VERSION, "default", kind.PLURAL
-                )
-            except ApiException as error:
-                if error.status == 404:
-                    return False
-                raise
-        return True
-
-    wait_for(served, timeout=60, interval=0.5, what="the JobSet and PyTorchJob CRDs to be served")
+    wait_for(
+        lambda: all(_served(custom, kind) for kind in (JobSet, PyTorchJob)),
+        timeout=60,
+        interval=0.5,
+        what="the JobSet and PyTorchJob CRDs to be served",
+    )
 
 
 def remove_job_crds(api_client: client.ApiClient) -> None:
@@ -88,17 +81,19 @@ def remove_job_crds(api_client: client.ApiClient) -> None:
             if error.status != 404:
                 raise
 
-    def gone() -> bool:
-        for kind in (JobSet, PyTorchJob):
-            try:
-                custom.list_namespaced_custom_object(
-                    kind.GROUP, kind.VERSION, "default", kind.PLURAL
-                )
-            except ApiException as error:
-                if error.status == 404:
-                    continue
-                raise
-            return False
-        return True
+    wait_for(
+        lambda: not any(_served(custom, kind) for kind in (JobSet, PyTorchJob)),
+        timeout=60,
+        interval=0.5,
+        what="the JobSet and PyTorchJob CRDs to go",
+    )
 
-    wait_for(gone, timeout=60, interval=0.5, what="the JobSet and PyTorchJob CRDs to go")
+
+def _served(custom: client.CustomObjectsApi, kind: type[JobSet] | type[PyTorchJob]) -> bool:
+    try:
+        custom.list_namespaced_custom_object(kind.GROUP, kind.VERSION, "default", kind.PLURAL)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True

@@ -219,6 +219,20 @@ def test_a_node_deleted_while_the_service_was_down_leaves_the_store_on_restart(
         wait_for(lambda: _stored_nodes(env) == {kept: True}, what="the gone node retired")
 
 
+def _pytorchjob(name: str, *replicas: str) -> dict[str, Any]:
+    """A suspended, labelled PyTorchJob with one 8-GPU pod per replica type."""
+    template = job_manifest("unused")["spec"]["template"]
+    return {
+        "apiVersion": f"{PyTorchJob.GROUP}/{PyTorchJob.VERSION}",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: "default"}},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            "pytorchReplicaSpecs": {r: {"replicas": 1, "template": template} for r in replicas},
+        },
+    }
+
+
 def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(
     control_plane: ControlPlane, engine: Engine, database_url: str
 ) -> None:
@@ -234,19 +248,7 @@ def test_a_pytorchjob_gang_runs_through_the_controller_and_finishes(
             assert isinstance(got, dict)
             return got
 
-        replica = job_manifest("unused")["spec"]["template"]
-        body = {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PyTorchJob",
-            "metadata": {"name": "ddp", "labels": {QUEUE_LABEL: "default"}},
-            "spec": {
-                "runPolicy": {"suspend": True},
-                "pytorchReplicaSpecs": {
-                    "Master": {"replicas": 1, "template": replica},
-                    "Worker": {"replicas": 1, "template": replica},
-                },
-            },
-        }
+        body = _pytorchjob("ddp", "Master", "Worker")
         env.start()
         custom.create_namespaced_custom_object(group, version, a, plural, body)
         env.wait_state("ddp", "Admitted")
@@ -286,20 +288,7 @@ def test_a_crd_installed_after_the_service_started_is_watched_and_its_jobs_queue
         a, _ = env.namespaces
         custom = client.CustomObjectsApi(env.api)
         group, version, plural = PyTorchJob.GROUP, PyTorchJob.VERSION, PyTorchJob.PLURAL
-        body = {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PyTorchJob",
-            "metadata": {"name": "late", "labels": {QUEUE_LABEL: "default"}},
-            "spec": {
-                "runPolicy": {"suspend": True},
-                "pytorchReplicaSpecs": {
-                    "Master": {
-                        "replicas": 1,
-                        "template": job_manifest("unused")["spec"]["template"],
-                    }
-                },
-            },
-        }
+        body = _pytorchjob("late", "Master")
         service = env.start(kind_discovery_interval=0.5)
         assert service.kube is not None
         watched = {api.kind.KIND for api in service.kube.watch.kinds}
