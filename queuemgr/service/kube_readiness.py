@@ -16,9 +16,11 @@ What must stay true:
 - "ready" is every placed pod Running with Ready True, or Succeeded; once a
   gang was ready it is never evicted for readiness again (by this leader);
 - the requeue count lives on the job (annotation ``queuemgr.io/requeue-count``),
-  the backoff's start in the store (the eviction's ``state_since``), so a
-  new leader continues the count and the backoff where the old one stopped;
-  gangs it finds admitted are timed from its election at the earliest;
+  the backoff's start in the store (the eviction's ``state_since``), and the
+  moment a gang was first all ready too (``pods_ready_at``), so a new leader
+  continues the count and the backoff where the old one stopped, never
+  evicts a gang that was ready under the old one, and times the others from
+  their admission, as the old leader did;
 - an evicted gang waits in ``Evicted`` with reason ``PodsReadyTimeout``,
   which the loop leaves alone (``store.notify.HELD_REASON``); it is requeued
   here, once its pods are gone and its backoff is over.
@@ -48,7 +50,7 @@ from queuemgr.service.kube_config import PodsReadySettings
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import BackendError, Clock
 from queuemgr.service.worker import Worker
-from queuemgr.store.jobsync import RowState, unfinished
+from queuemgr.store.jobsync import RowState, mark_pods_ready, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import HELD_REASON, finish_workload, notify, requeue_workload
 from queuemgr.store.transitions import evict
@@ -100,7 +102,7 @@ class PodsReadyCheck(Worker):
         self.settings = settings
         self._ready: set[tuple[str, float | None]] = set()  # (workload, admitted at)
         self._epoch: LeaderToken | None = None
-        self._elected_at = 0.0
+        self._newly_ready: list[tuple[str, float]] = []  # to record in the store
         self.evictions = 0
 
     def _run(self) -> None:
@@ -119,7 +121,7 @@ class PodsReadyCheck(Worker):
             return
         now = self._clock.now()
         if token != self._epoch:
-            self._epoch, self._elected_at, self._ready = token, now, set()
+            self._epoch, self._ready = token, set()
         with self._engine.connect() as conn:
             rows = unfinished(conn, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
         admitted = {
@@ -128,9 +130,17 @@ class PodsReadyCheck(Worker):
         self._ready &= admitted
         for wid, row in sorted(rows.items()):
             if row.state is WorkloadState.ADMITTED and (wid, row.admitted_at) not in self._ready:
-                self._check_admitted(token, wid, row, now)
+                if row.was_ready:  # seen ready before, perhaps by another leader
+                    self._ready.add((wid, row.admitted_at))
+                else:
+                    self._check_admitted(token, wid, row, now)
             elif row.state is WorkloadState.EVICTED and row.reason == HELD_REASON:
                 self._check_held(token, wid, row, now)
+        if self._newly_ready:
+            with self._engine.begin() as conn:
+                fence(conn, token)
+                mark_pods_ready(conn, self._newly_ready, now=now)
+            self._newly_ready.clear()
 
     def _check_admitted(self, token: LeaderToken, wid: str, row: RowState, now: float) -> None:
         ref = self._watch.job(wid)
@@ -144,8 +154,10 @@ class PodsReadyCheck(Worker):
         ready = sum(pod_ready(p) for p in self._watch.pods(wid))
         if ready >= expected:
             self._ready.add((wid, row.admitted_at))
+            if row.admitted_at is not None:
+                self._newly_ready.append((wid, row.admitted_at))
             return
-        since = max(row.admitted_at or row.since, self._elected_at)
+        since = row.admitted_at or row.since
         if now - since < self.settings.timeout:
             return
         count = requeue_count(ref.obj) + 1

@@ -4,8 +4,9 @@ Why it exists: the controller keeps workload rows in step with jobs (it
 must know, for a batch of jobs at once, which have a row and in which
 state), resolves a flavor's node labels when it starts a gang, and holds
 gangs evicted for not getting their pods ready for a backoff before they
-queue again. These are narrow, indexed reads, and one write: a job
-re-created under the name of a finished workload.
+queue again. These are narrow, indexed reads, and two writes: a job
+re-created under the name of a finished workload, and the moment a gang's
+pods were first all ready (so a new leader knows it was).
 
 What must stay true: reads never lock; a finished workload's row is never
 overwritten by a new job of the same name: it is renamed
@@ -36,11 +37,21 @@ class RowState:
     created_at: float
     since: float  # when it entered ``state``
     admitted_at: float | None
+    # Every pod of the current admission was ready at this time (None: not yet seen).
+    pods_ready_at: float | None = None
+
+    @property
+    def was_ready(self) -> bool:
+        return (
+            self.pods_ready_at is not None
+            and self.admitted_at is not None
+            and self.pods_ready_at >= self.admitted_at
+        )
 
 
 _BY_NAME = text("""
 SELECT w.namespace, w.name, w.state::text AS state, w.reason, w.created_at, w.state_since,
-       w.admitted_at
+       w.admitted_at, w.pods_ready_at
 FROM workloads w
 JOIN unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
   ON w.namespace = d.ns AND w.name = d.name
@@ -48,13 +59,14 @@ JOIN unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
 
 
 def _state(r: Any) -> RowState:
-    admitted = r.admitted_at
+    admitted, ready = r.admitted_at, r.pods_ready_at
     return RowState(
         state=WorkloadState(r.state),
         reason=r.reason,
         created_at=codec.seconds(r.created_at),
         since=codec.seconds(r.state_since),
         admitted_at=None if admitted is None else codec.seconds(admitted),
+        pods_ready_at=None if ready is None else codec.seconds(ready),
     )
 
 
@@ -75,12 +87,40 @@ def unfinished(
     rows = conn.execute(
         text(
             "SELECT namespace, name, state::text AS state, reason, created_at, state_since,"
-            " admitted_at FROM workloads WHERE state <> 'Finished'"
+            " admitted_at, pods_ready_at FROM workloads WHERE state <> 'Finished'"
             + ("" if wanted is None else " AND state = ANY(CAST(:states AS workload_state[]))")
         ),
         {} if wanted is None else {"states": wanted},
     )
     return {WorkloadId(f"{r.namespace}/{r.name}"): _state(r) for r in rows}
+
+
+def mark_pods_ready(conn: Connection, ready: Sequence[tuple[str, float]], *, now: float) -> int:
+    """Record that these (workload, admitted at) gangs have every pod ready, as of ``now``.
+
+    Only a row still Admitted under that same admission is marked, and only once.
+    """
+    if not ready:
+        return 0
+    result = conn.execute(
+        text(
+            "UPDATE workloads w SET pods_ready_at = :now"
+            " FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:at AS timestamptz[]))"
+            " AS d(ns, name, at)"
+            # A float's microseconds may round either way: the same admission within 1 ms.
+            " WHERE w.namespace = d.ns AND w.name = d.name"
+            " AND w.admitted_at BETWEEN d.at - interval '1 ms' AND d.at + interval '1 ms'"
+            " AND w.state = 'Admitted'"
+            " AND (w.pods_ready_at IS NULL OR w.pods_ready_at < w.admitted_at)"
+        ),
+        {
+            "now": codec.timestamp(now),
+            "ns": [wid.split("/", 1)[0] for wid, _ in ready],
+            "names": [wid.split("/", 1)[1] for wid, _ in ready],
+            "at": [codec.timestamp(at) for _, at in ready],
+        },
+    )
+    return int(result.rowcount)
 
 
 def flavor(conn: Connection, name: str) -> ResourceFlavor | None:

@@ -182,6 +182,9 @@ class WorkloadRow(Base):
     flavor: Mapped[str | None] = mapped_column(Text)
     borrowing: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     finished_at: Mapped[datetime | None]
+    # When the current admission's gang first had every pod ready (readiness
+    # check); older than admitted_at means it was an earlier admission's.
+    pods_ready_at: Mapped[datetime | None]
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
 
 

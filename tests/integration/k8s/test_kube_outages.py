@@ -13,6 +13,7 @@ once it has used up its requeues.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -165,3 +166,53 @@ def test_a_gang_whose_pods_never_get_ready_is_evicted_requeued_then_failed(
         assert env.states()["fine"][0] == "Admitted"  # ready in time: never touched
         assert not env.suspended(b, "fine")
         assert env.admitted_gpus() == 8
+
+
+def test_after_a_restart_readiness_is_timed_from_admission_and_a_ready_gang_stays_ready(
+    env: KubeEnv,
+) -> None:
+    a, b = env.namespaces
+    # Long enough that a clock restarted by the new leader would show: 8 s down + 15 s.
+    settings = PodsReadySettings(timeout=15.0, backoff=60.0, backoff_max=60.0, requeue_limit=3)
+    with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
+        kubelet.held.add("stuck")
+        env.start(pods_ready=settings)
+        env.batch.create_namespaced_job(b, job_manifest("fine"))
+        env.batch.create_namespaced_job(a, job_manifest("stuck"))
+        env.wait_running(b, "fine", 1)
+        wait_for(lambda: _pods_ready_at(env)["fine"] is not None, what="fine recorded as ready")
+        assert _pods_ready_at(env)["stuck"] is None
+        env.stop()
+        time.sleep(8.0)
+        # Unready now: a gang that was ready is not evicted for it, by this or any leader.
+        kubelet.held.add("fine")
+        _unready_pods(env, b, "fine")
+        env.start(pods_ready=settings)
+        wait_for(
+            lambda: env.states()["stuck"] == ("Evicted", "PodsReadyTimeout"),
+            timeout=30,
+            what="stuck evicted",
+        )
+        with env.engine.connect() as conn:
+            waited = conn.execute(
+                text(
+                    "SELECT extract(epoch FROM state_since - admitted_at) FROM workloads"
+                    " WHERE name = 'stuck'"
+                )
+            ).scalar_one()
+        # From its admission (15 s, plus the new leader's start and one check), not from
+        # the new leader's election (8 s down + 15 s).
+        assert 15.0 <= float(waited) < 21.0
+        assert env.states()["fine"] == ("Admitted", "Admitted")
+
+
+def _pods_ready_at(env: KubeEnv) -> dict[str, object]:
+    with env.engine.connect() as conn:
+        rows = conn.execute(text("SELECT name, pods_ready_at FROM workloads"))
+        return {r.name: r.pods_ready_at for r in rows}
+
+
+def _unready_pods(env: KubeEnv, ns: str, job: str) -> None:
+    for pod in env.bound_pods(ns, job):
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+        env.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": status})
