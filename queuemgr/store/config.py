@@ -145,8 +145,14 @@ def retire_nodes(
     deleted: list[str] = []
     kept: list[str] = []
     with atomic(conn):
-        rows = _rows(conn, select(NodeRow.__table__).order_by(NodeRow.name).with_for_update())
-        gone = [r for r in rows if r["name"] not in present]
+        # Only the gone rows are read and locked: the others are none of this call's business.
+        gone = _rows(
+            conn,
+            select(NodeRow.__table__)
+            .where(NodeRow.name.not_in(list(present)))
+            .order_by(NodeRow.name)
+            .with_for_update(),
+        )
         if not gone:
             return deleted, kept
         occupied = set(
@@ -157,13 +163,14 @@ def retire_nodes(
             ).scalars()
         )
         for r in gone:
-            name, before = r["name"], codec.node_json(_node_of(r))
+            name, node = r["name"], _node_of(r)
             if name in occupied:
                 kept.append(name)
-                if r["schedulable"]:
-                    upsert_node(conn, replace(_node_of(r), schedulable=False), actor=actor)
+                if node.schedulable:
+                    upsert_node(conn, replace(node, schedulable=False), actor=actor)
                 continue
             conn.execute(delete(NodeRow).where(NodeRow.name == name))
+            before = codec.node_json(node)
             _audit(conn, actor=actor, kind="Node", name=name, before=before, after=None)
             deleted.append(name)
     return deleted, kept

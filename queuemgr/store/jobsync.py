@@ -70,12 +70,17 @@ def _state(r: Any) -> RowState:
     )
 
 
+def _names(wids: Sequence[str]) -> dict[str, list[str]]:
+    """``namespace/name`` ids as the two arrays the ``unnest`` queries join on."""
+    parts = [w.partition("/") for w in wids]
+    return {"ns": [p[0] for p in parts], "names": [p[2] for p in parts]}
+
+
 def row_states(conn: Connection, wids: Sequence[str]) -> dict[WorkloadId, RowState]:
     """The rows of these workloads (``namespace/name``), by id; absent ones are left out."""
     if not wids:
         return {}
-    parts = [w.partition("/") for w in wids]
-    rows = conn.execute(_BY_NAME, {"ns": [p[0] for p in parts], "names": [p[2] for p in parts]})
+    rows = conn.execute(_BY_NAME, _names(wids))
     return {WorkloadId(f"{r.namespace}/{r.name}"): _state(r) for r in rows}
 
 
@@ -115,8 +120,7 @@ def mark_pods_ready(conn: Connection, ready: Sequence[tuple[str, float]], *, now
         ),
         {
             "now": codec.timestamp(now),
-            "ns": [wid.split("/", 1)[0] for wid, _ in ready],
-            "names": [wid.split("/", 1)[1] for wid, _ in ready],
+            **_names([wid for wid, _ in ready]),
             "at": [codec.timestamp(at) for _, at in ready],
         },
     )
