@@ -7,13 +7,18 @@ Why it exists: quota arithmetic must never drift, so every amount is an
 - ``memory`` and ``ephemeral-storage`` in bytes (``"64Gi"`` -> 68719476736);
 - anything else (``nvidia.com/gpu``, ``pods``, extended resources) as a count.
 
-What must stay true: parsing is exact (``fractions.Fraction``, never float),
-a value that is not a whole number of the canonical unit is rejected, and
-every error names the field and the value it could not take.
+What must stay true: parsing is exact (``fractions.Fraction``, never float);
+a value finer than the canonical unit is handled as Kubernetes does: ``cpu``
+is rounded up to whole millicores (``"0.1m"`` -> 1) and ``memory`` and
+``ephemeral-storage`` up to whole bytes (``"29.8018Gi"`` -> 31999439091),
+while any other resource (``nvidia.com/gpu``, extended resources) must be a
+whole number, as the API server requires; every error names the field and
+the value it could not take.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
@@ -30,6 +35,9 @@ MEMORY = ResourceName("memory")
 Resources = Mapping[ResourceName, int]
 
 _MILLI_RESOURCES = frozenset({"cpu"})
+# Counted in bytes. Kubernetes reads these with Quantity.Value(), which rounds a
+# fraction of a byte up, so "29.8018Gi" is a valid request of the next whole byte.
+_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage"})
 
 _SUFFIX = {
     "": Fraction(1),
@@ -82,6 +90,8 @@ def parse_quantity(value: object, *, resource: str, field: str) -> int:
     if isinstance(value, int):
         exact = Fraction(value)
     elif isinstance(value, float):
+        if not math.isfinite(value):  # YAML's .inf / .nan
+            raise QuantityError(field, value, "bad quantity")
         # YAML turns "1.5" into a float; its decimal text is what the user wrote.
         exact = Fraction(repr(value))
     elif isinstance(value, str):
@@ -101,8 +111,18 @@ def parse_quantity(value: object, *, resource: str, field: str) -> int:
     if resource in _MILLI_RESOURCES:
         exact *= 1000
     if exact.denominator != 1:
-        unit = "millicore" if resource in _MILLI_RESOURCES else "unit"
-        raise QuantityError(field, value, f"quantity is not a whole {unit}:")
+        if resource in _MILLI_RESOURCES or resource in _BYTE_RESOURCES:
+            # Kubernetes rounds a quantity finer than the smallest unit up (0.1m -> 1m),
+            # so a request it accepts is charged at least what its scheduler counts.
+            return math.ceil(exact)
+        # The API server rejects fractional extended resources ("must be an integer"):
+        # half a GPU is a mistake to report, not an amount to round.
+        raise QuantityError(
+            field,
+            value,
+            "quantity is not a whole number (only cpu, memory and ephemeral-storage may be "
+            "fractional):",
+        )
     return int(exact)
 
 

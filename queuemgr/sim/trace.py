@@ -23,8 +23,10 @@ import gzip
 import hashlib
 import io
 import math
+import re
 from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from queuemgr.core.model import PodSet, Workload
@@ -50,6 +52,7 @@ REQUIRED_COLUMNS = (
     "mem_gib_per_worker",
 )
 ASSIGN_RULE = "zipf-s1-blake2b"
+_GIB = re.compile(r"^\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?\s*$")
 QUEUE = "default"
 
 
@@ -200,18 +203,26 @@ def _count(text: str, where: str, *, minimum: int) -> int:
     return value
 
 
+def _gib(text: str, where: str) -> int:
+    """A number of GiB (``29.8018``, ``1e3``) as bytes, rounded up as Kubernetes does."""
+    # Exact decimal arithmetic, as in core.resources: a float is off in its last bits,
+    # which can move the rounded-up byte. The exponent is bounded so that one bad row
+    # cannot make Fraction build a power of ten of millions of digits.
+    if not _GIB.match(text):
+        raise TraceError(f"{where}: expected a non-negative number of GiB, got {text!r}")
+    return math.ceil(Fraction(text.strip()) * 2**30)
+
+
 def _pod_set(key: tuple[str, str, str, str], where: str) -> PodSet:
     gpus, workers, cpus, mem = key
     requests: dict[ResourceName, int] = {GPU: _count(gpus, f"{where}: gpus_per_worker", minimum=0)}
     try:
         if cpus:
             requests[CPU] = parse_quantity(cpus, resource=CPU, field=f"{where}: cpus_per_worker")
-        if mem:
-            requests[MEMORY] = parse_quantity(
-                f"{mem}Gi", resource=MEMORY, field=f"{where}: mem_gib_per_worker"
-            )
     except QuantityError as exc:
         raise TraceError(str(exc)) from None
+    if mem:
+        requests[MEMORY] = _gib(mem, f"{where}: mem_gib_per_worker")
     return PodSet(
         name="workers",
         count=_count(workers, f"{where}: workers", minimum=1),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from queuemgr.core.resources import (
     QuantityError,
@@ -43,6 +47,22 @@ PARSE = [
     ("nvidia.com/gpu", "1e1", 10),
     ("nvidia.com/gpu", " 4 ", 4),
     ("pods", "1k", 1000),
+    # Finer than the canonical unit: cpu and byte resources round up, as Kubernetes does.
+    ("memory", "29.8018Gi", -(-298018 * GiB // 10**4)),  # 31999439090.4832 bytes
+    ("memory", 29.8018, 30),  # a YAML float of bytes
+    ("memory", "0.5", 1),
+    ("memory", "1m", 1),
+    ("memory", "1n", 1),
+    ("memory", "1.5e-3", 1),
+    ("memory", "0.0", 0),
+    ("memory", "1.0000000001Gi", GiB + 1),  # 1073741824.1073741824 bytes
+    ("ephemeral-storage", "2.5Ki", 2560),
+    ("ephemeral-storage", "0.3Ki", 308),  # 307.2 bytes
+    ("cpu", "0.1m", 1),
+    ("cpu", "0.0005", 1),
+    ("cpu", "1n", 1),
+    ("cpu", "1.0005", 1001),
+    ("cpu", "1000001u", 1001),
 ]
 
 
@@ -60,11 +80,23 @@ BAD = [
     ("cpu", "", "bad quantity"),
     ("cpu", "1.2.3", "bad quantity"),
     ("cpu", "-1", "negative"),
+    ("cpu", "-0.1m", "negative"),
     ("memory", -5, "negative"),
-    ("nvidia.com/gpu", "0.5", "not a whole unit"),
-    ("nvidia.com/gpu", 0.5, "not a whole unit"),
-    ("cpu", "0.0005", "not a whole millicore"),
-    ("cpu", "1n", "not a whole millicore"),
+    ("memory", "-29.8018Gi", "negative"),
+    ("nvidia.com/gpu", "-1", "negative"),
+    # Extended resources take whole numbers only: never rounded.
+    ("nvidia.com/gpu", "0.5", "not a whole number"),
+    ("nvidia.com/gpu", 0.5, "not a whole number"),
+    ("nvidia.com/gpu", "1500m", "not a whole number"),
+    ("nvidia.com/gpu", "1.0000001", "not a whole number"),
+    ("example.com/fpga", "0.1", "not a whole number"),
+    ("pods", "2.5", "not a whole number"),
+    ("memory", "29.8018GiB", "bad quantity"),
+    ("memory", "29,8018Gi", "bad quantity"),
+    ("memory", "Gi", "bad quantity"),
+    ("memory", "1Gi1", "bad quantity"),
+    ("memory", float("inf"), "bad quantity"),
+    ("memory", float("nan"), "bad quantity"),
     ("cpu", True, "bad quantity"),
     ("cpu", None, "bad quantity"),
     ("cpu", [1], "bad quantity"),
@@ -77,7 +109,7 @@ def test_parse_quantity_errors_name_field_and_value(resource: str, value: object
     with pytest.raises(QuantityError) as err:
         parse_quantity(value, resource=resource, field=field)
     assert err.value.field == field
-    assert err.value.value == value
+    assert err.value.value is value  # `is`: nan is not equal to itself
     text = str(err.value)
     assert field in text
     assert repr(value) in text
@@ -89,6 +121,7 @@ def test_parse_resources_names_the_resource_in_the_field() -> None:
         "cpu": 500,
         "nvidia.com/gpu": 2,
     }
+    assert parse_resources({"memory": "29.8018Gi"}, field="req") == {"memory": 31999439091}
     with pytest.raises(QuantityError, match=r"req\.nvidia\.com/gpu.*'0\.5'"):
         parse_resources({"nvidia.com/gpu": "0.5"}, field="req")
     with pytest.raises(QuantityError, match="bad resource name"):
@@ -121,6 +154,15 @@ def test_format_quantity_round_trips(resource: str, amount: int, text: str) -> N
 @pytest.mark.parametrize("resource", ["cpu", "memory", "ephemeral-storage", "nvidia.com/gpu"])
 def test_format_then_parse_is_identity(resource: str, amount: int) -> None:
     assert parse_quantity(format_quantity(resource, amount), resource=resource, field="f") == amount
+
+
+@given(st.integers(min_value=0, max_value=10**30), st.sampled_from(["n", "u", "m", ""]))
+def test_byte_resources_round_up_to_the_next_whole_byte(n: int, suffix: str) -> None:
+    exact = n * {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000)}.get(
+        suffix, Fraction(1)
+    )
+    got = parse_quantity(f"{n}{suffix}", resource="memory", field="f")
+    assert exact <= got < exact + 1  # the smallest whole byte not below the request
 
 
 def test_vector_helpers() -> None:

@@ -145,11 +145,11 @@ def _set(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         ),
         pytest.param(
             "job-gpu",
-            "spec.template.spec.containers[1].resources.limits.cpu",
-            "0.1m",
-            "spec.template.spec.containers[1].resources.limits.cpu: quantity is not a whole"
-            " millicore: '0.1m'",
-            id="fractional-millicore",
+            "spec.template.spec.containers[1].resources.limits",
+            {"nvidia.com/gpu": "0.5"},
+            "spec.template.spec.containers[1].resources.limits.nvidia.com/gpu: quantity is not"
+            " a whole number (only cpu, memory and ephemeral-storage may be fractional): '0.5'",
+            id="fractional-gpu",
         ),
         pytest.param(
             "job-gpu",
@@ -224,6 +224,19 @@ def test_bad_manifests_name_the_path(name: str, path: str, value: Any, message: 
         job.pod_sets()
     assert str(error.value).startswith(message)
     assert isinstance(error.value, ValueError)
+
+
+def test_fractions_of_the_smallest_unit_round_up_as_in_kubernetes() -> None:
+    # The API server accepts both; its scheduler counts 1m of cpu and the next whole byte.
+    obj = manifest("job-gpu")
+    _set(obj, "spec.template.spec.containers[0].resources.requests.memory", "29.8018Gi")
+    _set(obj, "spec.template.spec.containers[1].resources.limits.cpu", "0.1m")
+    _set(obj, "spec.template.spec.initContainers[0].resources.requests.cpu", "1")
+    (ps,) = job_for(obj).pod_sets()
+    # trainer 16 + metrics 0.1m -> 1m + log-shipper sidecar 500m
+    assert ps.requests[CPU] == 16_501
+    # trainer 31999439090.4832 -> ...091 bytes, + metrics 64Mi + log-shipper 256Mi
+    assert ps.requests[MEM] == 31_999_439_091 + 64 * MI + 256 * MI
 
 
 def test_unknown_kind() -> None:

@@ -51,21 +51,78 @@ def test_empty_tenant_needs_assign_tenants(tmp_path: Path) -> None:
         load_trace(trace, namespaces={"a"})
 
 
-@pytest.mark.parametrize(
-    ("row", "message"),
-    [
-        ("1,a,-1,1,1,1,,,", "t.csv:2: submit_s"),
-        ("1,a,0,x,1,1,,,", "t.csv:2: duration_s"),
-        ("1,a,0,1,1,0,,,", "t.csv:2: workers"),
-        ("1,a,0,1,1,1,1.0005,,", "t.csv:2: cpus_per_worker"),
-    ],
-    ids=["negative-submit", "bad-duration", "zero-workers", "sub-millicore-cpu"],
-)
-def test_bad_rows_name_file_and_line(tmp_path: Path, row: str, message: str) -> None:
+COLUMNS = HEADER.strip().split(",")
+GiB = 2**30
+
+
+def row(**cells: str) -> str:
+    """One CSV row: a valid 1-GPU job of tenant ``a`` unless ``cells`` say otherwise."""
+    base = {"job_id": "1", "tenant": "a", "submit_s": "0", "duration_s": "1"}
+    base |= {"gpus_per_worker": "1", "workers": "1"}
+    return ",".join({**base, **cells}.get(c, "") for c in COLUMNS)
+
+
+QUANTITIES = [
+    # Kubernetes rounds a quantity finer than the smallest unit up; so does the loader.
+    pytest.param(
+        {"mem_gib_per_worker": "29.8018"},
+        "memory",
+        -(-298018 * GiB // 10**4),
+        id="fractional-gib-rounds-up",
+    ),
+    pytest.param({"mem_gib_per_worker": "64"}, "memory", 64 * GiB, id="whole-gib"),
+    pytest.param({"mem_gib_per_worker": "0.5"}, "memory", GiB // 2, id="half-gib-exact"),
+    pytest.param({"mem_gib_per_worker": ".25"}, "memory", GiB // 4, id="leading-dot"),
+    pytest.param({"mem_gib_per_worker": "1e3"}, "memory", 1000 * GiB, id="exponent"),
+    pytest.param({"mem_gib_per_worker": "1e-9"}, "memory", 2, id="sub-byte-rounds-up"),
+    pytest.param({"mem_gib_per_worker": "0"}, "memory", 0, id="zero-gib"),
+    pytest.param({"cpus_per_worker": "1.0005"}, "cpu", 1001, id="sub-millicore-rounds-up"),
+    pytest.param({"cpus_per_worker": "2"}, "cpu", 2000, id="whole-cores"),
+    pytest.param({"cpus_per_worker": "500m"}, "cpu", 500, id="millicores"),
+    pytest.param({"gpus_per_worker": "8"}, "nvidia.com/gpu", 8, id="gpus"),
+]
+
+
+@pytest.mark.parametrize(("cells", "resource", "amount"), QUANTITIES)
+def test_requests_per_worker(
+    tmp_path: Path, cells: dict[str, str], resource: str, amount: int
+) -> None:
     trace = tmp_path / "t.csv"
-    trace.write_text(HEADER + row + "\n")
-    with pytest.raises(TraceError, match=message):
+    trace.write_text(HEADER + row(**cells) + "\n")
+    (sw,) = load_trace(trace, namespaces={"a"}).workloads
+    got = sw.workload.pod_sets[0].requests[resource]
+    assert got == amount and type(got) is int
+
+
+BAD_ROWS = [
+    pytest.param({"submit_s": "-1"}, "submit_s", id="negative-submit"),
+    pytest.param({"duration_s": "x"}, "duration_s", id="bad-duration"),
+    pytest.param({"workers": "0"}, "workers", id="zero-workers"),
+    pytest.param({"workers": "1.5"}, "workers", id="fractional-workers"),
+    # A GPU is never rounded: Kubernetes takes whole extended resources only.
+    pytest.param({"gpus_per_worker": "0.5"}, "gpus_per_worker", id="fractional-gpu"),
+    pytest.param({"gpus_per_worker": "-1"}, "gpus_per_worker", id="negative-gpu"),
+    pytest.param({"gpus_per_worker": "many"}, "gpus_per_worker", id="garbage-gpu"),
+    pytest.param({"mem_gib_per_worker": "-29.8018"}, "mem_gib_per_worker", id="negative-mem"),
+    pytest.param({"mem_gib_per_worker": "lots"}, "mem_gib_per_worker", id="garbage-mem"),
+    pytest.param({"mem_gib_per_worker": "64Gi"}, "mem_gib_per_worker", id="unit-in-gib-column"),
+    pytest.param({"mem_gib_per_worker": "nan"}, "mem_gib_per_worker", id="nan-mem"),
+    pytest.param({"mem_gib_per_worker": "1e99999"}, "mem_gib_per_worker", id="huge-exponent"),
+    pytest.param({"cpus_per_worker": "-1"}, "cpus_per_worker", id="negative-cpu"),
+    pytest.param({"cpus_per_worker": "12x"}, "cpus_per_worker", id="garbage-cpu"),
+]
+
+
+@pytest.mark.parametrize(("cells", "column"), BAD_ROWS)
+def test_bad_rows_name_file_line_column_and_value(
+    tmp_path: Path, cells: dict[str, str], column: str
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(HEADER + row() + "\n" + row(job_id="2", **cells) + "\n")
+    with pytest.raises(TraceError) as err:
         load_trace(trace, namespaces={"a"})
+    assert str(err.value).startswith(f"t.csv:3: {column}: ")
+    assert str(err.value).endswith(repr(cells[column]))
 
 
 def test_missing_column_is_an_error(tmp_path: Path) -> None:
