@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from queuemgr.core.claims import Claim
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import (
     Admission,
@@ -355,6 +356,8 @@ class World:
         self.admitted: list[AdmittedWorkload] = []
         self.policy = SchedulerPolicy()
         self.cohorts: list[Cohort] = []
+        self.claims: dict[WorkloadId, Claim] = {}
+        self.stopping: frozenset[WorkloadId] = frozenset()
         self._config: Config | None = None
 
     def flavor(self, f: ResourceFlavor) -> World:
@@ -409,7 +412,15 @@ class World:
 
     def snapshot(self) -> Snapshot:
         snap = build_snapshot(self.config(), admitted=self.admitted, pending=self.pending)
-        return dataclasses.replace(snap, policy=self.policy)
+        pending = {w.id: w for w in self.pending}
+        claims = {
+            wid: dataclasses.replace(c, workload=pending[wid])
+            for wid, c in self.claims.items()
+            if wid in pending
+        }
+        return dataclasses.replace(
+            snap, policy=self.policy, claims=claims, stopping=self.stopping
+        )
 
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()
@@ -465,8 +476,25 @@ class Result:
     def message(self, wid: str) -> str:
         return self.status(wid).message
 
-    def next(self, *submit: Workload | WorkloadBuilder, finished: Iterable[str] = ()) -> World:
-        """The world after this cycle: admissions applied, ``finished`` gone, more submitted."""
+    def admitted_once_victims_stop(self, now: float = 0.0) -> set[str]:
+        """Admitted now, or (``after_victims_stop``) on the claim in the cycle after."""
+        ids = self.admitted_ids()
+        if self.decisions.claims:
+            ids |= self.next().run(now).admitted_ids()
+        return ids
+
+    def next(
+        self,
+        *submit: Workload | WorkloadBuilder,
+        finished: Iterable[str] = (),
+        stopping: Iterable[str] = (),
+    ) -> World:
+        """The world after this cycle: admissions applied, ``finished`` gone, more submitted.
+
+        Victims are gone and pending again (one eviction more), unless named in
+        ``stopping`` (still stopping: held by their preemptor's claim, not pending).
+        Standing claims carry over.
+        """
         done = set(finished)
         nxt = World()
         nxt.cohorts, nxt.policy = self.world.cohorts, self.world.policy
@@ -478,10 +506,21 @@ class Result:
         )
         nxt._config = self.world.config()
         ids = self.admitted_ids()
+        victims = {e.victim.workload.id: e.victim.workload for e in self.decisions.evicted}
         nxt.admitted = [
             a
             for a in [*self.snapshot.admitted.values(), *self.decisions.admitted]
-            if a.workload.id not in done
+            if a.workload.id not in done and a.workload.id not in victims
         ]
         nxt.pending = [w for w in self.world.pending if w.id not in ids and w.id not in done]
+        still = {WorkloadId(v) for v in stopping}
+        nxt.stopping = frozenset(still)
+        nxt.pending += [
+            dataclasses.replace(w, evictions=w.evictions + 1)
+            for wid, w in victims.items()
+            if wid not in still and wid not in done
+        ]
+        released = set(self.decisions.released_claims) | ids | done
+        claims = {**self.world.claims, **{c.workload.id: c for c in self.decisions.claims}}
+        nxt.claims = {wid: c for wid, c in claims.items() if wid not in released}
         return nxt.submit(*submit)

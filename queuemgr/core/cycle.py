@@ -5,6 +5,9 @@ it and do nothing but apply what it returns.
 
 The phases (after Kueue's ``pkg/scheduler``):
 
+0. claims (core.claims): the room each earlier preemptor claimed is held for
+   it before anything else; one whose victims have all stopped is admitted
+   there at once, the others keep waiting on it;
 1. heads: each ClusterQueue offers its first pending workload, in queue order;
 2. snapshot: quota and node overlays over the snapshot, which stays untouched;
 3. nominate (core.nomination): each head gets the first flavor whose quota it
@@ -19,6 +22,18 @@ The phases (after Kueue's ``pkg/scheduler``):
    gang placement fit; the queue then offers its next workload, so one cycle
    admits everything that fits (not one head per queue);
 6. requeue: every workload left gets a reason, a message and its positions.
+
+Phases 4 and 5 run twice. The first pass takes only heads that fit their
+ClusterQueue's nominal quota (or fit no quota, and may preempt); a head that
+would borrow is set aside, shape and all, and its queue offers the next. The
+second pass takes the borrowers. So a cycle never lends room that in-nominal
+demand takes back later in the same cycle, and a workload preempted before is
+not lent that room again while in-nominal demand of its cohort still waits.
+
+Preemption outranks reservations on both of its paths: the admission at the
+moment of eviction (``same_cycle``) and the claimed admission of a later cycle
+(``after_victims_stop``) are both unguarded, so a workload never preempts for
+room the guards would then refuse it.
 
 Whether a workload could ever be admitted is core.admissibility's question;
 reservations and backfill are core.backfill's.
@@ -36,11 +51,13 @@ from functools import partial
 
 from queuemgr.core.admissibility import inadmissible, unroutable_verdict
 from queuemgr.core.backfill import Backfill, largest_pending
+from queuemgr.core.claims import Claim, placement_fits
 from queuemgr.core.model import (
     Admission,
     AdmittedWorkload,
     ClusterQueue,
     ClusterQueueName,
+    CohortName,
     FlavorName,
     PodSetPlacement,
     QueueingStrategy,
@@ -48,7 +65,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.nomination import HeapEntry, Nomination, Nominator
+from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, Nomination, Nominator
 from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
@@ -78,6 +95,25 @@ _RESERVABLE = frozenset(
     {PendingReason.NO_NODE_FITS, PendingReason.QUOTA_EXCEEDED, PendingReason.COHORT_EXHAUSTED}
 )
 _NOT_PREEMPTED = _Stale()  # a distinct sentinel: preemption found no way in
+# Verdicts that speak of this one workload, not of its shape in its queue: the
+# next of its shape is tried (a preemptor holds its claim as if admitted).
+_PER_WORKLOAD = frozenset(
+    {
+        PendingReason.WAITING_FOR_RESERVATION,
+        PendingReason.NOMINAL_DEMAND_WAITING,
+        PendingReason.PREEMPTING,
+    }
+)
+
+
+def _nominal_demand_waiting(cq: ClusterQueue) -> Verdict:
+    return Verdict(
+        reason=PendingReason.NOMINAL_DEMAND_WAITING,
+        detail=(
+            f"preempted before, it does not borrow again while in-nominal demand of cohort "
+            f"{cq.cohort} waits for that capacity"
+        ),
+    )
 
 
 class _Cycle:
@@ -88,6 +124,15 @@ class _Cycle:
         self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
         self.pool = NodePool(config.node_topology, snapshot.node_free, snapshot.node_index)
         self.admitted: list[AdmittedWorkload] = []
+        # What the planners count as starting now: the admissions and the held claims.
+        self.planned: list[AdmittedWorkload] = []
+        self.log: list[AdmittedWorkload | Eviction] = []
+        self.claims: list[Claim] = []
+        self.released: list[WorkloadId] = []
+        # Decided before the order reached them (claims, largest first): skipped there.
+        self.decided: set[WorkloadId] = set()
+        # (cohort, flavor) where in-nominal demand was left waiting in the first pass.
+        self._waiting: set[tuple[CohortName, FlavorName]] = set()
         # Verdicts of the heads actually tried; the rest of a failed shape's
         # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}
@@ -101,6 +146,7 @@ class _Cycle:
             ledger=self.ledger,
             pool=self.pool,
             fair_cohorts=self._fair_cohorts,
+            now=now,
         )
         self.evictions: list[Eviction] = []
         self.backfill = Backfill(snapshot, now)
@@ -197,6 +243,7 @@ class _Cycle:
         if found is None:
             return _NOT_PREEMPTED
         self.evictions.extend(found.evictions)
+        self.log.extend(found.evictions)
         # Evictions free capacity, so failures seen so far may not hold any more.
         self._node_fail.clear()
         if self.snapshot.policy.preemptor_admission is PreemptorAdmission.SAME_CYCLE:
@@ -208,11 +255,12 @@ class _Cycle:
         # victims' and whatever else was free, is held for it: a workload admitted into
         # it now would only be preempted in turn when w comes back (a ping-pong).
         held = self._hold(cq, w, found.flavor, found.placements, found.borrowing)
-        self.backfill.record(held)
-        victims = ", ".join(e.victim.workload.id for e in found.evictions)
+        victims = tuple(e.victim.workload.id for e in found.evictions)
+        claim = Claim(workload=w, admission=held.admission, victims=victims, made_at=self.now)
+        self.claims.append(claim)
         return Verdict(
             reason=PendingReason.PREEMPTING,
-            detail=f"preempted {victims}; starts once they have stopped",
+            detail=partial(claim.describe, frozenset(victims)),
         )
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
@@ -249,6 +297,8 @@ class _Cycle:
         self.ledger.add(cq.name, flavor, w.total_requests if request is None else request)
         self.pool.take(admission.placements, w.pod_sets)
         self.admitted.append(admitted)
+        self.planned.append(admitted)
+        self.log.append(admitted)
         return None
 
     def _hold(
@@ -269,11 +319,48 @@ class _Cycle:
         )
         self.ledger.add(cq.name, flavor, w.total_requests)
         self.pool.take(admission.placements, w.pod_sets)
-        return AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+        held = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+        self.planned.append(held)
+        self.backfill.record(held)
+        return held
+
+    # -- phase 0: claims ----------------------------------------------------
+    def hold_claims(self) -> None:
+        """Hold every standing claim; admit on it those whose victims have all stopped."""
+        snapshot = self.snapshot
+        config = snapshot.config
+        claims = sorted(snapshot.claims.values(), key=lambda c: c.workload.order_key)
+        for claim in claims:
+            w, adm = claim.workload, claim.admission
+            cq = config.cluster_queues.get(adm.cluster_queue)
+            check = None
+            if cq is not None and config.queue_for(w) == cq.name and not self._inadmissible(cq, w):
+                check = self.ledger.check(cq.name, adm.flavor, w.total_requests)
+            if (
+                cq is None
+                or check is None
+                or not check.fits
+                or not placement_fits(self.pool, w, adm)
+            ):
+                # The promised room is gone (config or nodes changed): it queues as any other.
+                self.released.append(w.id)
+                continue
+            self.decided.add(w.id)
+            if any(v in snapshot.stopping for v in claim.victims):
+                self._hold(cq, w, adm.flavor, adm.placements, check.borrowing)
+                self.verdicts[w.id] = Verdict(
+                    reason=PendingReason.PREEMPTING,
+                    detail=partial(claim.describe, snapshot.stopping),
+                )
+            else:
+                # Unguarded, as a same-cycle preemptor's admission is: see the docstring.
+                self._admit(cq, w, adm.flavor, adm.placements, check.borrowing, guarded=False)
 
     # -- phases 1, 4, 5 ---------------------------------------------------
     def run(self) -> None:
         config = self.snapshot.config
+        if self.snapshot.claims:
+            self.hold_claims()
         heap: list[HeapEntry] = []
         cursors: dict[ClusterQueueName, Cursor] = {}
         for name in sorted(self.snapshot.pending):
@@ -285,33 +372,68 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
-        first = self._largest_first(cursors) if self.snapshot.policy.largest_reservations else {}
+        if self.snapshot.policy.largest_reservations:
+            self._largest_first(cursors)
+        deferred = self._drain(heap, cursors, defer=True)
+        for name in sorted(deferred):
+            cur = cursors[name]
+            cur.resume()
+            head = cur.head()
+            if head is not None:
+                heapq.heappush(heap, self.nominator.nominate(config.cluster_queues[name], head))
+        self._drain(heap, cursors, defer=False)
+
+    def _drain(
+        self, heap: list[HeapEntry], cursors: dict[ClusterQueueName, Cursor], *, defer: bool
+    ) -> set[ClusterQueueName]:
+        """Take heads off ``heap`` until it is empty; returns the queues with heads set aside.
+
+        With ``defer``, a head that must borrow is set aside for the second pass.
+        """
+        config = self.snapshot.config
+        deferred: set[ClusterQueueName] = set()
         while heap:
-            _key, name, nomination = heapq.heappop(heap)
+            key, name, nomination = heapq.heappop(heap)
             cur = cursors[name]
             cq = config.cluster_queues[name]
             w = cur.head()
             assert w is not None
-            if w.id in first:  # admitted, or waiting for its victims, before the order began
+            if w.id in self.decided:
                 cur.advance()
                 head = cur.head()
                 if head is not None:
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
-            verdict = self.try_admit(cq, w, nomination)
+            if defer and key[0] == BORROWING:
+                deferred.add(name)
+                if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
+                    continue  # nothing passes its head: the queue waits for the second pass
+                cur.defer_shape()
+                head = cur.head()
+                if head is not None:
+                    heapq.heappush(heap, self.nominator.nominate(cq, head))
+                continue
+            verdict: Verdict | _Stale | None
+            if not defer and w.evictions and self._lends_reclaimed(cq, nomination):
+                verdict = _nominal_demand_waiting(cq)
+            else:
+                verdict = self.try_admit(cq, w, nomination)
             if verdict is _STALE:
                 heapq.heappush(heap, self.nominator.nominate(cq, w))
                 continue
             assert not isinstance(verdict, _Stale)
             if verdict is None:
                 cur.advance()
-            elif verdict.reason is PendingReason.WAITING_FOR_RESERVATION:
-                # Another of its shape may end sooner (max_runtime), so keep the shape.
+            elif verdict.reason in _PER_WORKLOAD:
+                # Another of its shape may end sooner (max_runtime), never was
+                # preempted, or find victims too: keep the shape.
                 self.verdicts[w.id] = verdict
                 cur.advance()
             else:
+                if key[0] in (NOMINAL, NO_QUOTA) and verdict.reason in _RESERVABLE:
+                    self._note_waiting(cq, w)
                 if verdict.reason is not PendingReason.INADMISSIBLE:
-                    verdict = self.backfill.reserve(cq, w, verdict, self.admitted, self.evictions)
+                    verdict = self.backfill.reserve(cq, w, verdict, self.planned, self.evictions)
                 self.verdicts[w.id] = verdict
                 strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
                 if strict and verdict.reason is not PendingReason.INADMISSIBLE:
@@ -323,16 +445,32 @@ class _Cycle:
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
+        return deferred
 
-    def _largest_first(
-        self, cursors: dict[ClusterQueueName, Cursor]
-    ) -> dict[WorkloadId, Verdict | None]:
+    def _note_waiting(self, cq: ClusterQueue, w: Workload) -> None:
+        """Record in-nominal demand of ``cq``'s cohort left waiting for capacity."""
+        if cq.cohort is None:
+            return
+        for fq in cq.flavors:
+            if self.preemptor.within_nominal(cq, w, fq.flavor):
+                self._waiting.add((cq.cohort, fq.flavor))
+
+    def _lends_reclaimed(self, cq: ClusterQueue, nomination: Nomination) -> bool:
+        """Whether borrowing on the nominated flavor takes room in-nominal demand waits for."""
+        return (
+            cq.cohort is not None
+            and nomination.flavor is not None
+            and (cq.cohort, nomination.flavor) in self._waiting
+        )
+
+    def _largest_first(self, cursors: dict[ClusterQueueName, Cursor]) -> None:
         """Try the policy's ``largest_reservations`` largest pending workloads first.
 
         Each is admitted if it fits now; one that cannot start gets a reservation
         before anything else is admitted, so the capacity drained for it in earlier
-        cycles is still there to count on. Returns those decided here: None for
-        one admitted, its verdict for one that waits for the victims it preempted.
+        cycles is still there to count on. Those admitted here, or waiting for the
+        victims they preempted, are decided. This knob outranks the in-nominal
+        first pass, as it outranks the fair-share order: that is what it is for.
         """
         config = self.snapshot.config
         strict_heads = {  # only a StrictFIFO queue's head may start there
@@ -348,26 +486,27 @@ class _Cycle:
             lambda cq, w: self._inadmissible(cq, w) is not None,
             self.snapshot.policy.largest_reservations,
         )
-        decided: dict[WorkloadId, Verdict | None] = {}
         for cq, w in picked:
+            if w.id in self.decided:
+                continue
             _key, _name, nomination = self.nominator.nominate(cq, w)
             verdict = self.try_admit(cq, w, nomination)
             if verdict is None:
-                decided[w.id] = None
+                self.decided.add(w.id)
             elif not isinstance(verdict, Verdict):
                 continue  # cannot happen with a fresh nomination; its turn will tell
             elif verdict.reason is PendingReason.PREEMPTING:
-                decided[w.id] = self.verdicts[w.id] = verdict
+                self.decided.add(w.id)
+                self.verdicts[w.id] = verdict
             elif verdict.reason in _RESERVABLE:
                 # Kept even if its shape is dropped before its turn; if it gets one, its
                 # verdict then carries this reservation again.
                 self.verdicts[w.id] = self.backfill.reserve_largest(
-                    cq, w, verdict, self.admitted, self.evictions
+                    cq, w, verdict, self.planned, self.evictions
                 )
-        return decided
 
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
-        return self.backfill.eta(w, cq_name, self.admitted, self.evictions)
+        return self.backfill.eta(w, cq_name, self.planned, self.evictions)
 
     # -- phase 6: requeue -------------------------------------------------
     def decisions(self) -> Decisions:
@@ -389,6 +528,9 @@ class _Cycle:
             pending=statuses,
             evicted=tuple(self.evictions),
             reservations=tuple(self.backfill.reservations.values()),
+            claims=tuple(self.claims),
+            released_claims=tuple(self.released),
+            log=tuple(self.log),
         )
 
 

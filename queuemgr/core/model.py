@@ -134,6 +134,10 @@ class FlavorQuota:
 class PreemptionPolicy:
     within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
     reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    # Seconds a workload of this queue runs before reclaim or fair sharing may take
+    # it (KAI Scheduler's minimum runtime); priority preemption within its own queue
+    # ignores it. 0, the default: no protection, Kueue's behaviour (docs/scheduling.md).
+    min_runtime: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -221,6 +225,9 @@ class Workload:
     priority: int = 0
     created_at: float = 0.0  # seconds; the simulator's or the store's clock
     max_runtime: float | None = None  # seconds, the user's declared limit
+    # Times it was preempted: such a workload does not come back as a borrower while
+    # in-nominal demand of its cohort waits (core.cycle, pass 2).
+    evictions: int = 0
 
     # Derived once at construction: the cycle reads them for every workload.
     id: WorkloadId = field(init=False, repr=False, compare=False)

@@ -22,9 +22,10 @@ from queuemgr.core.resources import ResourceName
 
 
 class PreemptorAdmission(enum.Enum):
-    # The simulator evicts and admits at one instant.
+    # Evict and admit at one instant (a model only: no real cluster stops pods at once).
     SAME_CYCLE = "same_cycle"
-    # The service admits the preemptor in a later cycle, once its victims stopped.
+    # The default, and the only one the service runs: the preemptor claims the room
+    # its victims free and is admitted in a later cycle, once they have stopped.
     AFTER_VICTIMS_STOP = "after_victims_stop"
 
 
@@ -37,7 +38,16 @@ class OverrunPolicy(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SchedulerPolicy:
-    preemptor_admission: PreemptorAdmission = PreemptorAdmission.SAME_CYCLE
+    preemptor_admission: PreemptorAdmission = PreemptorAdmission.AFTER_VICTIMS_STOP
+    # An evicted workload waits ``base * 2^(n-1)`` seconds (at most ``max``) after
+    # its n-th eviction before it is tried again, as Kueue's requeuing strategy
+    # does; 0 turns the backoff off.
+    requeue_backoff_base: float = 60.0
+    requeue_backoff_max: float = 3600.0
+    # The simulator only: seconds a victim's pods take to stop after its eviction
+    # (the service waits for the real pods). 0: they are gone by the next cycle,
+    # as with ``serve --backend simulated``, whose stop is immediate.
+    victim_stop_delay: float = 0.0
     # How many blocked workloads per cycle get a reservation (0: no backfill guard,
     # Kueue's behaviour; 1, the default: Slurm's EASY backfill; more: closer to
     # conservative backfill).
@@ -62,3 +72,11 @@ class SchedulerPolicy:
     usage_resource_weights: Mapping[ResourceName, float] = field(
         default_factory=lambda: dict(DEFAULT_WEIGHTS)
     )
+
+    def requeue_delay(self, evictions: int) -> float:
+        """Seconds an evicted workload waits before its next try, after ``evictions`` of them."""
+        if evictions <= 0 or self.requeue_backoff_base <= 0:
+            return 0.0
+        # Capped before the power can overflow: 2^60 seconds is past any max.
+        delay = self.requeue_backoff_base * 2.0 ** min(evictions - 1, 60)
+        return min(delay, self.requeue_backoff_max)

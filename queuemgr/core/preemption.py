@@ -12,8 +12,10 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
   only lower priorities; ``Any``: any priority).
 
 What must stay true: victims are tried in order (queues that borrow first,
-then lowest priority, then most recently admitted) and the set is pruned to a
-minimal one; a gang is evicted whole; nothing is evicted unless the preemptor
+then lowest priority, then most recently admitted, which loses the least work)
+and the set is pruned to a minimal one; a gang is evicted whole; a run younger
+than its ClusterQueue's ``min_runtime`` is no victim of reclaim or fair
+sharing; nothing is evicted unless the preemptor
 then fits both its quota and a node placement; a peer is reclaimed from only
 while it still borrows; workloads admitted in this cycle are never victims.
 """
@@ -72,7 +74,9 @@ class Preemptor:
         ledger: QuotaLedger,
         pool: NodePool,
         fair_cohorts: Collection[CohortName] = (),
+        now: float = 0.0,
     ) -> None:
+        self._now = now
         self._fair = frozenset(fair_cohorts)
         self._admitted = admitted
         self._cqs = cluster_queues
@@ -97,7 +101,7 @@ class Preemptor:
         may_reclaim = (
             reclaim is not ReclaimWithinCohort.NEVER
             and cq.cohort is not None
-            and self._within_nominal(cq, w, flavor)
+            and self.within_nominal(cq, w, flavor)
         )
         # Beyond its nominal quota, a queue of a fair-sharing cohort may still take
         # from other borrowers whose share stays at least its own (checked per victim).
@@ -105,7 +109,7 @@ class Preemptor:
             not may_reclaim
             and cq.cohort is not None
             and cq.cohort in self._fair
-            and not self._within_nominal(cq, w, flavor)
+            and not self.within_nominal(cq, w, flavor)
         )
         out: list[tuple[AdmittedWorkload, PreemptionReason]] = []
         for a in self._admitted.values():
@@ -119,6 +123,9 @@ class Preemptor:
                 peer = self._cqs.get(a.admission.cluster_queue)
                 if peer is None or peer.cohort != cq.cohort:
                     continue
+                young = peer.preemption.min_runtime
+                if young > 0 and self._now - a.admitted_at < young:
+                    continue  # its queue protects a run this young from its cohort
                 if fair:
                     out.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
                 elif reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
@@ -192,7 +199,7 @@ class Preemptor:
             return False
         return self._pool.place(flavor, w.pod_sets) is not None
 
-    def _within_nominal(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
+    def within_nominal(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
         quota = cq.quota(flavor)
         if quota is None:
             return False

@@ -90,13 +90,14 @@ class Cursor:
     order of each run, which holds for any rank that puts a LocalQueue's key first.
     """
 
-    __slots__ = ("_dropped", "_heap", "_pos", "_rank", "_runs")
+    __slots__ = ("_deferred", "_dropped", "_heap", "_pos", "_rank", "_runs")
 
     def __init__(self, queue: PendingQueue, rank: Rank | None = None) -> None:
         self._runs = queue.runs
         self._rank: Rank = rank or order_key
         self._pos: dict[RunKey, int] = {}
         self._dropped: set[ShapeId] = set()
+        self._deferred: set[ShapeId] = set()
         self._heap: list[tuple[tuple[object, ...], RunKey]] = []
         for key, run in queue.runs.items():
             if run:
@@ -106,7 +107,7 @@ class Cursor:
 
     def head(self) -> Workload | None:
         heap = self._heap
-        while heap and heap[0][1][2] in self._dropped:
+        while heap and (heap[0][1][2] in self._dropped or heap[0][1][2] in self._deferred):
             heapq.heappop(heap)
         if not heap:
             return None
@@ -126,6 +127,23 @@ class Cursor:
         """Leave the head's whole shape behind: every one of them shares its verdict."""
         _, key = heapq.heappop(self._heap)
         self._dropped.add(key[2])
+
+    def defer_shape(self) -> None:
+        """Set the head's whole shape aside until :meth:`resume` (it must borrow)."""
+        _, key = heapq.heappop(self._heap)
+        self._deferred.add(key[2])
+
+    def resume(self) -> None:
+        """Offer the deferred shapes again, each run from where it stopped."""
+        if not self._deferred:
+            return
+        self._deferred.clear()
+        self._heap = [
+            (self._rank(self._runs[key][pos]), key)
+            for key, pos in self._pos.items()
+            if pos < len(self._runs[key]) and key[2] not in self._dropped
+        ]
+        heapq.heapify(self._heap)
 
     def clear(self) -> None:
         self._heap.clear()

@@ -27,6 +27,7 @@ from queuemgr.core.placement import FitFailure
 from queuemgr.core.queues import PendingQueue, Rank
 
 if TYPE_CHECKING:
+    from queuemgr.core.claims import Claim
     from queuemgr.core.reservations import Reservation
 from queuemgr.core.resources import ResourceName, format_quantity
 
@@ -39,6 +40,9 @@ class PendingReason(enum.Enum):
     INADMISSIBLE = "Inadmissible"
     PREEMPTING = "Preempting"  # victims were evicted; it starts once they have stopped
     WAITING_FOR_RESERVATION = "WaitingForReservation"  # it would delay a reserved gang
+    # Preempted before, it would come back as a borrower while in-nominal demand of
+    # its cohort waits for that capacity (it would only be reclaimed again).
+    NOMINAL_DEMAND_WAITING = "NominalDemandWaiting"
 
 
 class PreemptionReason(enum.Enum):
@@ -261,6 +265,12 @@ class Decisions:
     evicted: tuple[Eviction, ...] = ()
     # Reservations made this cycle (see core.reservations), best-ranked first.
     reservations: tuple[Reservation, ...] = ()
+    # Claims made this cycle (core.claims), and the workloads whose claim ended
+    # without an admission (an admission ends its own claim).
+    claims: tuple[Claim, ...] = ()
+    released_claims: tuple[WorkloadId, ...] = ()
+    # Admissions and evictions in the order the cycle decided them.
+    log: tuple[AdmittedWorkload | Eviction, ...] = ()
 
     def admitted_ids(self) -> set[WorkloadId]:
         return {a.workload.id for a in self.admitted}

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from queuemgr.core.claims import Claim
 from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
@@ -136,6 +137,10 @@ class Snapshot:
     policy: SchedulerPolicy = field(default_factory=SchedulerPolicy)
     # Decayed usage per LocalQueue (core.fairshare), for ``ordering: usage``.
     queue_usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    # Standing claims of pending preemptors (core.claims), and the evicted workloads
+    # whose pods have not stopped yet (they hold no quota here; a claim holds it).
+    claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
+    stopping: frozenset[WorkloadId] = frozenset()
 
 
 MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]

@@ -9,9 +9,17 @@ What must stay true:
 
 - the engine decides nothing: who is admitted, where and with which flavor
   comes only from ``Decisions``; the engine only knows how long a job runs;
-- at one timestamp, finishes are applied first, then arrivals, then exactly
-  one scheduling cycle (skipped only when nothing is pending, when it could
-  admit nothing);
+- at one timestamp, finishes are applied first, then victims that stop,
+  then requeues after their backoff, then arrivals, then one scheduling cycle
+  (skipped only when nothing is pending, when it could admit nothing); when
+  that cycle evicts and ``victim_stop_delay`` is 0, the victims stop at once
+  and the cycle is followed by another at the same timestamp, as the service
+  runs its next cycle once the victims' stop returns;
+- preemption follows the service: victims leave the cluster at eviction (their
+  room is their preemptor's claim, core.claims), stop ``victim_stop_delay``
+  later, and queue again after ``policy.requeue_delay`` of their evictions;
+- GPU-seconds of a run count as delivered only when it finishes; a preempted
+  run's are lost, and counted apart;
 - every workload ends in exactly one bucket: finished, running, pending or
   not yet submitted (``--until``); none is dropped;
 - per-workload bookkeeping is O(1) (dicts keyed by workload id, a heap of
@@ -27,9 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from queuemgr.core.cache import Cache
+from queuemgr.core.claims import Claim
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import UsageTracker
-from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
+from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload, WorkloadId
 from queuemgr.core.policy import Ordering, OverrunPolicy, SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
 from queuemgr.core.resources import GPU
@@ -55,8 +64,9 @@ CHECK_EVERY = 200
 class QueueStats:
     admitted: int = 0
     waits: list[float] = field(default_factory=list)
-    gpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0  # of runs that finished
     borrowed_gpu_seconds: float = 0.0
+    lost_gpu_seconds: float = 0.0  # of runs that were preempted
 
 
 @dataclass(kw_only=True)
@@ -68,6 +78,9 @@ class SimResult:
     finished: int = 0
     inadmissible: int = 0
     evictions: int = 0
+    # A victim admitted again while the preemptor it made room for still waited.
+    wasted_preemptions: int = 0
+    evictions_by_workload: dict[WorkloadId, int] = field(default_factory=dict)
     pending_at_end: int = 0
     running_at_end: int = 0
     not_submitted: int = 0
@@ -126,6 +139,14 @@ class Engine:
         self._route: dict[WorkloadId, ClusterQueueName | None] = {}  # while pending
         self._running: dict[WorkloadId, _Running] = {}
         self._finishes: list[tuple[float, WorkloadId]] = []
+        # Victims on their way out, then back: (time, kind, id), kind "stop" or "requeue".
+        self._timers: list[tuple[float, str, WorkloadId]] = []
+        self._stopping: dict[WorkloadId, Workload] = {}
+        self._backing_off: dict[WorkloadId, Workload] = {}
+        self._claims: dict[WorkloadId, Claim] = {}
+        # Victim -> the preemptors still waiting for the room it gave, and back.
+        self._preemptor_of: dict[WorkloadId, set[WorkloadId]] = {}
+        self._victims_of: dict[WorkloadId, set[WorkloadId]] = {}
         self._reported: set[WorkloadId] = set()  # inadmissible events already emitted
         if check_every is None:
             check_every = 1 if len(workloads) < FULL_CHECK_BELOW else CHECK_EVERY
@@ -138,11 +159,12 @@ class Engine:
     def run(self, until: float | None = None) -> SimResult:
         started = time.perf_counter()
         res = self.result
-        arrivals, finishes = self._arrivals, self._finishes
+        arrivals, finishes, timers = self._arrivals, self._finishes, self._timers
         i = 0
-        while i < len(arrivals) or finishes:
+        while i < len(arrivals) or finishes or timers:
             now = min(
                 finishes[0][0] if finishes else float("inf"),
+                timers[0][0] if timers else float("inf"),
                 arrivals[i].workload.created_at if i < len(arrivals) else float("inf"),
             )
             if until is not None and now > until:
@@ -154,23 +176,45 @@ class Engine:
                 wid = heapq.heappop(finishes)[1]
                 if self._finish_at.get(wid) == now:  # else that run was evicted
                     self._finish(now, wid)
+            self._fire_timers(now)
             while i < len(arrivals) and arrivals[i].workload.created_at == now:
                 self._submit(now, arrivals[i])
                 i += 1
-            if next(iter(self.cache.pending()), None) is not None:
-                self._cycle(now)
+            while next(iter(self.cache.pending()), None) is not None:
+                evicted = self._cycle(now)
+                if not evicted or self.policy.victim_stop_delay > 0:
+                    break
+                self._fire_timers(now)  # stopped at once: the next cycle follows
         else:
             until = None  # ran out of events before the limit
         if until is not None:
             res.end_time = until
         res.not_submitted = len(arrivals) - i
         res.running_at_end = len(self._running)
-        res.pending_at_end = sum(1 for _ in self.cache.pending())
+        res.pending_at_end = (
+            sum(1 for _ in self.cache.pending()) + len(self._stopping) + len(self._backing_off)
+        )
         self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
         res.invariant_checks = self.checker.checks
         res.invariant_violations = self.checker.violations
         res.wall_time_s = time.perf_counter() - started
         return res
+
+    def _fire_timers(self, now: float) -> None:
+        """Victims due to stop stop; those due back after their backoff queue again."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, kind, wid = heapq.heappop(timers)
+            if kind == "stop":
+                w = self._stopping.pop(wid)
+                delay = self.policy.requeue_delay(w.evictions)
+                if delay > 0:
+                    self._backing_off[wid] = w
+                    heapq.heappush(timers, (now + delay, "requeue", wid))
+                    continue
+            else:
+                w = self._backing_off.pop(wid)
+            self.cache.add_pending(w)
 
     def _submit(self, now: float, sw: SimWorkload) -> None:
         w = sw.workload
@@ -190,9 +234,12 @@ class Engine:
         if self.emit is not None:
             self.emit(self._event(now, "submitted", w.id, self._route[w.id]))
 
-    def _cycle(self, now: float) -> None:
+    def _cycle(self, now: float) -> bool:
+        """Run one cycle and apply its decisions, in their order; True if it evicted."""
         res = self.result
-        snapshot = self.cache.snapshot()
+        snapshot = dataclasses.replace(
+            self.cache.snapshot(), claims=dict(self._claims), stopping=frozenset(self._stopping)
+        )
         if self.usage is not None:
             snapshot = dataclasses.replace(snapshot, queue_usage=self.usage.usage())
         started = time.perf_counter()
@@ -201,35 +248,22 @@ class Engine:
         res.cycles += 1
         victims: dict[WorkloadId, list[WorkloadId]] = {}
         for e in decisions.evicted:
-            self._evict(now, e)
             victims.setdefault(e.preemptor, []).append(e.victim.workload.id)
-        for a in decisions.admitted:
-            self.cache.admit(a)
-            self.checker.check_admission(a)
-            wid, adm = a.workload.id, a.admission
-            runtime, limited = self._runtime.pop(wid)
-            del self._route[wid]
-            partial = a.workload.partial_pod_set is not None and a.partial
-            gpus = admitted_requests(a).get(GPU, 0) if partial else a.workload.gpus
-            self._running[wid] = _Running(admitted=a, gpus=gpus, limited=limited)
-            if self.usage is not None:
-                self.usage.hold((a.workload.namespace, a.workload.queue), admitted_requests(a), 1)
-            heapq.heappush(self._finishes, (now + runtime, wid))
-            self._finish_at[wid] = now + runtime
-            res.admitted += 1
-            stats = res.queues[adm.cluster_queue]
-            stats.admitted += 1
-            stats.waits.append(now - a.workload.created_at)
-            if self.emit is not None:
-                event = self._event(now, "admitted", wid, adm.cluster_queue)
-                event["flavor"] = adm.flavor
-                event["placement"] = dict(sorted(adm.pods_per_node.items()))
-                event["borrowing"] = adm.borrowing
-                if partial:
-                    event["pods"] = a.pods
-                if wid in victims:
-                    event["victims"] = victims[wid]
-                self.emit(event)
+        for wid in decisions.released_claims:
+            self._claims.pop(wid, None)
+        for c in decisions.claims:
+            self._claims[c.workload.id] = c
+        for item in decisions.log:
+            if isinstance(item, Eviction):
+                self._evict(now, item)
+            else:
+                claim = self._claims.pop(item.workload.id, None)
+                self._admit(
+                    now,
+                    item,
+                    victims.get(item.workload.id)
+                    or (list(claim.victims) if claim is not None else None),
+                )
         # ``decisions.inadmissible`` lists them without making the core build
         # every pending status (positions cost O(pending) per cycle).
         for wid in decisions.inadmissible:
@@ -246,24 +280,66 @@ class Engine:
             self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
         if self.observer is not None:
             self.observer(now, snapshot, decisions, took)
+        return bool(decisions.evicted)
+
+    def _admit(self, now: float, a: AdmittedWorkload, victims: list[WorkloadId] | None) -> None:
+        res = self.result
+        self.cache.admit(a)
+        self.checker.check_admission(a)
+        wid, adm = a.workload.id, a.admission
+        for preemptor in self._preemptor_of.pop(wid, ()):
+            res.wasted_preemptions += 1  # its preemptor is still waiting for that room
+            self._victims_of[preemptor].discard(wid)
+        for victim in self._victims_of.pop(wid, ()):
+            self._preemptor_of[victim].discard(wid)
+        runtime, limited = self._runtime.pop(wid)
+        del self._route[wid]
+        partial = a.workload.partial_pod_set is not None and a.partial
+        gpus = admitted_requests(a).get(GPU, 0) if partial else a.workload.gpus
+        self._running[wid] = _Running(admitted=a, gpus=gpus, limited=limited)
+        if self.usage is not None:
+            self.usage.hold((a.workload.namespace, a.workload.queue), admitted_requests(a), 1)
+        heapq.heappush(self._finishes, (now + runtime, wid))
+        self._finish_at[wid] = now + runtime
+        res.admitted += 1
+        stats = res.queues[adm.cluster_queue]
+        stats.admitted += 1
+        stats.waits.append(now - a.workload.created_at)
+        if self.emit is not None:
+            event = self._event(now, "admitted", wid, adm.cluster_queue)
+            event["flavor"] = adm.flavor
+            event["placement"] = dict(sorted(adm.pods_per_node.items()))
+            event["borrowing"] = adm.borrowing
+            if partial:
+                event["pods"] = a.pods
+            if victims:
+                event["victims"] = victims
+            self.emit(event)
 
     def _evict(self, now: float, e: Eviction) -> None:
-        """Stop a preempted run and queue it again, with its original creation time."""
+        """Stop a preempted run; it queues again, with its original creation time,
+        once its pods have stopped and its backoff is over."""
         wid = e.victim.workload.id
-        self._stop(now, wid)
+        run = self._stop(now, wid, finished=False)
         del self._finish_at[wid]
-        self.cache.add_pending(e.victim.workload)
+        res = self.result
+        count = res.evictions_by_workload.get(wid, 0) + 1
+        res.evictions_by_workload[wid] = count
+        self._preemptor_of.setdefault(wid, set()).add(e.preemptor)
+        self._victims_of.setdefault(e.preemptor, set()).add(wid)
+        self._stopping[wid] = dataclasses.replace(run.admitted.workload, evictions=count)
+        heapq.heappush(self._timers, (now + self.policy.victim_stop_delay, "stop", wid))
         self._runtime[wid] = self._spec[wid]  # it starts over when admitted again
         self._route[wid] = e.victim.admission.cluster_queue
-        self.result.evictions += 1
+        res.evictions += 1
         if self.emit is not None:
             event = self._event(now, "evicted", wid, e.victim.admission.cluster_queue)
             event["reason"] = e.message
             event["preemptor"] = e.preemptor
             self.emit(event)
 
-    def _stop(self, now: float, wid: WorkloadId) -> _Running:
-        """Take a run off the cluster and account the GPU-seconds it used."""
+    def _stop(self, now: float, wid: WorkloadId, *, finished: bool) -> _Running:
+        """Take a run off the cluster and account its GPU-seconds, delivered or lost."""
         run = self._running.pop(wid)
         self.cache.remove_admitted(wid)
         if self.usage is not None:
@@ -273,6 +349,9 @@ class Engine:
         a = run.admitted
         stats = self.result.queues[a.admission.cluster_queue]
         gpu_s = run.gpus * (now - a.admitted_at)
+        if not finished:
+            stats.lost_gpu_seconds += gpu_s
+            return run
         stats.gpu_seconds += gpu_s
         if a.admission.borrowing:
             stats.borrowed_gpu_seconds += gpu_s
@@ -280,7 +359,7 @@ class Engine:
 
     def _finish(self, now: float, wid: WorkloadId) -> None:
         del self._finish_at[wid]
-        run = self._stop(now, wid)
+        run = self._stop(now, wid, finished=True)
         a = run.admitted
         res = self.result
         res.finished += 1

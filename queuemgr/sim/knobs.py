@@ -29,13 +29,16 @@ KNOBS = (
     "ordering",
     "usage_half_life",
     "usage_resource_weights",
+    "requeue_backoff_base",
+    "requeue_backoff_max",
+    "victim_stop_delay",
 )
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(raw: object, path: str) -> float:
-    """Seconds from ``3600``, ``90m``, ``12h``, ``7d`` or ``2w``; must be positive."""
+def parse_duration(raw: object, path: str, *, zero: bool = False) -> float:
+    """Seconds from ``3600``, ``90m``, ``12h``, ``7d`` or ``2w``; positive (or 0 if ``zero``)."""
     if isinstance(raw, bool):
         raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
     if isinstance(raw, int | float):
@@ -45,8 +48,8 @@ def parse_duration(raw: object, path: str) -> float:
         if not match:
             raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
         seconds = float(match[1]) * _UNIT[match[2]]
-    if seconds <= 0:
-        raise ScenarioError(f"{path}: must be positive, got {raw!r}")
+    if seconds < 0 or (seconds == 0 and not zero) or seconds != seconds or seconds == float("inf"):
+        raise ScenarioError(f"{path}: must be {'0 or more' if zero else 'positive'}, got {raw!r}")
     return seconds
 
 
@@ -64,7 +67,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
     )
     largest_min = y.integer(m.get("largest_min_gpus", 0), at(path, "largest_min_gpus"), minimum=0)
     admission = _choice(
-        m.get("preemptor_admission", PreemptorAdmission.SAME_CYCLE.value),
+        m.get("preemptor_admission", PreemptorAdmission.AFTER_VICTIMS_STOP.value),
         at(path, "preemptor_admission"),
         [p.value for p in PreemptorAdmission],
     )
@@ -77,6 +80,11 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
         [o.value for o in OverrunPolicy],
     )
     half_life = parse_duration(m.get("usage_half_life", "7d"), at(path, "usage_half_life"))
+    defaults = SchedulerPolicy()
+    backoff = {
+        knob: parse_duration(m.get(knob, getattr(defaults, knob)), at(path, knob), zero=True)
+        for knob in ("requeue_backoff_base", "requeue_backoff_max", "victim_stop_delay")
+    }
     weights = dict(DEFAULT_WEIGHTS)
     if "usage_resource_weights" in m:
         wpath = at(path, "usage_resource_weights")
@@ -96,6 +104,7 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
         ordering=Ordering(ordering),
         usage_half_life=half_life,
         usage_resource_weights=weights,
+        **backoff,
     )
 
 
@@ -110,6 +119,9 @@ def policy_knobs(policy: SchedulerPolicy) -> dict[str, object]:
         "ordering": policy.ordering.value,
         "usage_half_life": policy.usage_half_life,
         "usage_resource_weights": dict(policy.usage_resource_weights),
+        "requeue_backoff_base": policy.requeue_backoff_base,
+        "requeue_backoff_max": policy.requeue_backoff_max,
+        "victim_stop_delay": policy.victim_stop_delay,
     }
 
 
@@ -117,16 +129,7 @@ def override_policy(
     policy: SchedulerPolicy, overrides: Iterable[str], path: str
 ) -> SchedulerPolicy:
     """``policy`` with ``KNOB=VALUE`` overrides applied, checked like the file's own knobs."""
-    raw: dict[str, object] = {
-        "reservation_depth": policy.reservation_depth,
-        "largest_reservations": policy.largest_reservations,
-        "largest_min_gpus": policy.largest_min_gpus,
-        "overrun_policy": policy.overrun_policy.value,
-        "preemptor_admission": policy.preemptor_admission.value,
-        "ordering": policy.ordering.value,
-        "usage_half_life": policy.usage_half_life,
-        "usage_resource_weights": dict(policy.usage_resource_weights),
-    }
+    raw = policy_knobs(policy)
     for item in overrides:
         knob, sep, value = item.partition("=")
         if not sep or not knob:

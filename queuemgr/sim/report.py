@@ -6,8 +6,9 @@ rely on them.
 
 What must stay true: the summary keys documented in ``docs/simulate.md`` are
 always present (``null`` when undefined, never missing); percentiles use the
-nearest-rank method; GPU-seconds count finished workloads only, so every
-counted second lies inside the makespan window and utilisation is <= 1.
+nearest-rank method; GPU-seconds count finished runs only, so every counted
+second lies inside the makespan window and utilisation is <= 1; the seconds
+of preempted runs are lost, reported apart and never counted as delivered.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def summarize(
         makespan = result.last_finish - result.first_submit
     capacity = sum(n.allocatable.get(GPU, 0) for n in config.nodes.values() if n.schedulable)
     used = math.fsum(q.gpu_seconds for q in result.queues.values())
+    lost = math.fsum(q.lost_gpu_seconds for q in result.queues.values())
     nominal = nominal_gpus(config)
     queues: dict[str, object] = {}
     for name, q in result.queues.items():
@@ -94,6 +96,7 @@ def summarize(
             "wait_max_s": waits[-1] if waits else None,
             "gpu_seconds": q.gpu_seconds,
             "borrowed_gpu_seconds": q.borrowed_gpu_seconds,
+            "lost_gpu_seconds": q.lost_gpu_seconds,
         }
     shares = [q.gpu_seconds / nominal[n] for n, q in result.queues.items() if nominal.get(n, 0) > 0]
     summary: dict[str, object] = {
@@ -102,6 +105,11 @@ def summarize(
         "finished": result.finished,
         "inadmissible": result.inadmissible,
         "evictions": result.evictions,
+        "preemptions": result.evictions,
+        "wasted_preemptions": result.wasted_preemptions,
+        "max_preemptions_per_workload": max(result.evictions_by_workload.values(), default=0),
+        "lost_gpu_seconds": lost,
+        "lost_gpu_share": lost / used if used > 0 else None,
         "pending_at_end": result.pending_at_end,
         "running_at_end": result.running_at_end,
         "not_submitted": result.not_submitted,
@@ -146,7 +154,8 @@ def print_table(summary: Mapping[str, object], out: IO[str]) -> None:
     console.print(table)
     keys = (
         "workloads", "admitted", "finished", "inadmissible", "pending_at_end", "running_at_end",
-        "not_submitted", "makespan_s", "gpu_utilization", "jain_fairness",
+        "not_submitted", "makespan_s", "gpu_utilization", "jain_fairness", "preemptions",
+        "wasted_preemptions", "max_preemptions_per_workload", "lost_gpu_share",
         "invariant_violations", "wall_time_s", "peak_memory_mib",
     )  # fmt: skip
     console.print("  ".join(f"{k}={_num(summary.get(k))}" for k in keys))

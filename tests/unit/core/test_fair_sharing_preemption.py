@@ -37,7 +37,7 @@ def test_fair_sharing_evens_out_the_borrowers() -> None:
     res = _greedy_borrower(fair=True).run(now=200.0)
     assert all(e.reason is PreemptionReason.IN_COHORT_FAIR_SHARING for e in res.decisions.evicted)
     held_a = 8 - len(res.decisions.evicted)
-    held_b = len(res.admitted_ids())
+    held_b = len(res.admitted_once_victims_stop(now=200.0))
     assert held_a + held_b == 8
     assert abs(held_a - held_b) <= 1  # equal weights: an even split, to one job
     # Most recently admitted victims go first.

@@ -39,17 +39,25 @@ def _full_queue(within: str, running_priority: int, running_at: float = 0.0) -> 
         pytest.param("LowerOrNewerEqualPriority", 10, True, id="newer-equal-evicts"),
     ],
 )
-def test_within_cluster_queue(within: str, running_priority: int, evicts: bool) -> None:
+@pytest.mark.parametrize(
+    "admission",
+    [pytest.param(p, id=p.value) for p in PreemptorAdmission],
+)
+def test_within_cluster_queue(
+    within: str, running_priority: int, evicts: bool, admission: PreemptorAdmission
+) -> None:
     # The preemptor is created at t=-1, before the running jobs (created at 0 and 1).
     world = _full_queue(within, running_priority).submit(
         make_workload("high").ns("a").gpus(4).priority(10).at(-1.0)
     )
+    world.policy = SchedulerPolicy(preemptor_admission=admission)
     res = world.run()
-    assert ("a/high" in res.admitted_ids()) is evicts
+    assert ("a/high" in res.admitted_once_victims_stop()) is evicts
     if evicts:
         # One victim suffices; the most recently admitted goes first.
         assert res.evicted_ids() == {"a/low1"}
-        assert "a/high" not in res.decisions.pending  # admitted, so not also pending
+        if admission is PreemptorAdmission.SAME_CYCLE:
+            assert "a/high" not in res.decisions.pending  # admitted, so not also pending
         (e,) = res.decisions.evicted
         assert e.reason is PreemptionReason.IN_CLUSTER_QUEUE
         assert "a/high" in e.message
@@ -88,12 +96,19 @@ def _lender_and_borrower(reclaim: str, borrower_priority: int) -> World:
         pytest.param("LowerPriority", 100, False, id="lower-priority-spares-higher"),
     ],
 )
-def test_reclaim_within_cohort(reclaim: str, borrower_priority: int, reclaims: bool) -> None:
+@pytest.mark.parametrize(
+    "admission",
+    [pytest.param(p, id=p.value) for p in PreemptorAdmission],
+)
+def test_reclaim_within_cohort(
+    reclaim: str, borrower_priority: int, reclaims: bool, admission: PreemptorAdmission
+) -> None:
     world = _lender_and_borrower(reclaim, borrower_priority).submit(
         make_workload("mine").ns("a").gpus(8).priority(50).at(10.0)
     )
+    world.policy = SchedulerPolicy(preemptor_admission=admission)
     res = world.run()
-    assert ("a/mine" in res.admitted_ids()) is reclaims
+    assert ("a/mine" in res.admitted_once_victims_stop()) is reclaims
     if reclaims:
         # b borrows with b1 or b0; the most recently admitted one (b1) goes.
         assert res.evicted_ids() == {"b/b1"}
@@ -135,7 +150,7 @@ def test_victim_set_is_minimal() -> None:
         job = make_workload(name).ns("a").gpus(gpus).priority(prio).build()
         world.running(make_admitted(job, "a", "default", {"n-0": 1}))
     res = world.submit(make_workload("high").ns("a").gpus(6).priority(10)).run()
-    assert "a/high" in res.admitted_ids()
+    assert "a/high" in res.admitted_once_victims_stop()
     freed = sum(admitted_requests(e.victim)[GPU] for e in res.decisions.evicted)
     assert freed >= 6
     # Minimal: giving back any single victim would leave too little room.
