@@ -28,6 +28,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.resources import QuantityError, ResourceName, parse_resources
 from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.knobs import parse_duration
 from queuemgr.sim.yamlcheck import ScenarioError, at
 
 
@@ -134,8 +135,14 @@ def _plain(raw: object, path: str) -> str:
 
 
 def parse_preemption(raw: object, path: str) -> PreemptionPolicy:
-    m = y.mapping(raw, path, optional=("within_cluster_queue", "reclaim_within_cohort"))
+    m = y.mapping(
+        raw, path, optional=("within_cluster_queue", "reclaim_within_cohort", "min_runtime")
+    )
+    min_runtime = 0.0
+    if m.get("min_runtime") is not None:
+        min_runtime = parse_duration(m["min_runtime"], at(path, "min_runtime"), zero=True)
     return PreemptionPolicy(
+        min_runtime=min_runtime,
         within_cluster_queue=y.choice(
             WithinClusterQueue,
             m.get("within_cluster_queue", "Never"),
