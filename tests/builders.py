@@ -270,10 +270,13 @@ class ClusterQueueBuilder:
         self._namespaces = frozenset(names)
         return self
 
-    def preempt(self, *, within: str = "Never", reclaim: str = "Never") -> ClusterQueueBuilder:
+    def preempt(
+        self, *, within: str = "Never", reclaim: str = "Never", min_runtime: float = 0.0
+    ) -> ClusterQueueBuilder:
         self._preemption = PreemptionPolicy(
             within_cluster_queue=WithinClusterQueue(within),
             reclaim_within_cohort=ReclaimWithinCohort(reclaim),
+            min_runtime=min_runtime,
         )
         return self
 

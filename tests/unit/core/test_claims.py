@@ -1,0 +1,133 @@
+"""Claims, the in-nominal first pass, NominalDemandWaiting and min_runtime, cycle by cycle."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.reasons import PendingReason, PreemptionReason
+from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
+
+
+def _lent(*, min_runtime: float = 0.0) -> World:
+    """a (nominal 8) lends to b (nominal 8): b runs 16 GPUs on two nodes, b1 borrowed."""
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96").preempt(min_runtime=min_runtime),
+    )
+    world.node(make_nodes("n", 2))
+    for i in range(2):
+        job = make_workload(f"b{i}").ns("b").gpus(8).at(float(i)).build()
+        world.running(make_admitted(job, "b", "default", {f"n-{i}": 1}, at=float(i)))
+    return world
+
+
+def test_a_claim_outlives_its_cycle_and_is_admitted_where_it_was_promised() -> None:
+    world = _lent().submit(make_workload("mine").ns("a").gpus(8).at(10.0))
+    first = world.run(now=20.0)
+    assert first.evicted_ids() == {"b/b1"}
+    (claim,) = first.decisions.claims
+    assert claim.victims == ("b/b1",)
+    # The victim is still stopping, and b submits more: the claimed node stays a's.
+    second_world = first.next(make_workload("b2").ns("b").gpus(8).at(21.0), stopping=["b/b1"])
+    second = second_world.run(now=21.0)
+    assert second.admitted_ids() == set()
+    assert second.decisions.evicted == ()
+    assert second.reason("a/mine") is PendingReason.PREEMPTING
+    assert "still stopping: b/b1" in second.message("a/mine")
+    # Stopped now, and requeued at once (no backoff in this world): the claim is admitted,
+    # on the node it was promised; neither the victim nor b2 takes it.
+    third = second.next().run(now=22.0)
+    assert third.admitted_ids() == {"a/mine"}
+    assert third.admission("a/mine").pods_per_node == {"n-1": 1}
+    assert third.decisions.evicted == ()
+
+
+def test_a_claim_whose_room_is_gone_is_released() -> None:
+    world = _lent().submit(make_workload("mine").ns("a").gpus(8).at(10.0))
+    first = world.run(now=20.0)
+    nxt = first.next()
+    nxt.nodes = [n for n in nxt.nodes if n.name != "n-1"]  # the claimed node left
+    nxt._config = None
+    second = nxt.run(now=21.0)
+    assert second.decisions.released_claims == ("a/mine",)
+    assert "a/mine" not in second.admitted_ids()
+
+
+@pytest.mark.parametrize(
+    ("min_runtime", "now", "reclaims"),
+    [
+        pytest.param(0.0, 20.0, True, id="no-minimum"),
+        pytest.param(60.0, 20.0, False, id="too-young"),
+        pytest.param(60.0, 61.0, True, id="old-enough"),
+    ],
+)
+def test_min_runtime_protects_young_runs_from_reclaim(
+    min_runtime: float, now: float, reclaims: bool
+) -> None:
+    world = _lent(min_runtime=min_runtime).submit(make_workload("mine").ns("a").gpus(8).at(10.0))
+    res = world.run(now=now)
+    assert (res.evicted_ids() == {"b/b1"}) is reclaims
+    if reclaims:
+        assert res.decisions.evicted[0].reason is PreemptionReason.IN_COHORT_RECLAMATION
+
+
+def test_min_runtime_does_not_protect_from_priority_within_the_queue() -> None:
+    world = World().cq(
+        make_cq("a").nominal(gpu=8, cpu="96").preempt(within="LowerPriority", min_runtime=3600)
+    )
+    world.node(make_nodes("n", 1))
+    low = make_workload("low").ns("a").gpus(8).build()
+    world.running(make_admitted(low, "a", "default", {"n-0": 1}, at=10.0))
+    res = world.submit(make_workload("high").ns("a").gpus(8).priority(5)).run(now=11.0)
+    assert res.evicted_ids() == {"a/low"}
+
+
+def _two_queues_one_free_node() -> World:
+    """a and b (nominal 8 each) share 16 GPUs; b borrows n-1; n-0 is free."""
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96"),
+    )
+    world.node(make_nodes("n", 2))
+    return world
+
+
+def test_in_nominal_demand_is_served_before_a_borrower_of_another_queue() -> None:
+    # b (nominal 8) already runs 8: its next job would borrow. a's job is within nominal.
+    # b's job was created first, yet a borrower goes second.
+    world = _two_queues_one_free_node()
+    held = make_workload("b0").ns("b").gpus(8).build()
+    world.running(make_admitted(held, "b", "default", {"n-1": 1}))
+    world.submit(make_workload("borrow").ns("b").gpus(8).at(1.0))
+    world.submit(make_workload("mine").ns("a").gpus(8).at(5.0))
+    res = world.run(now=10.0)
+    assert res.admitted_ids() == {"a/mine"}
+    assert res.decisions.evicted == ()
+    assert res.reason("b/borrow") is PendingReason.COHORT_EXHAUSTED
+
+
+def test_a_preempted_workload_does_not_borrow_while_in_nominal_demand_waits() -> None:
+    # a's 2x8 gang is within a's nominal 24 but only n-2 is free; b's job that was preempted
+    # before must not borrow n-2 meanwhile (a would reclaim it); one never preempted may.
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=24, cpu="288"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96"),
+    )
+    world.node(make_nodes("n", 3))
+    b0 = make_workload("b0").ns("b").gpus(8).build()
+    a0 = make_workload("a0").ns("a").gpus(8).build()
+    world.running(make_admitted(b0, "b", "default", {"n-0": 1}))
+    world.running(make_admitted(a0, "a", "default", {"n-1": 1}))
+    again = make_workload("again").ns("b").gpus(8).at(1.0).build()
+    world.submit(dataclasses.replace(again, evictions=1))
+    world.submit(make_workload("pair").ns("a").gang(2).gpus(8).at(3.0))
+    world.policy = SchedulerPolicy(reservation_depth=0)
+    res = world.run(now=10.0)
+    assert res.reason("a/pair") is PendingReason.NO_NODE_FITS
+    assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+    assert "cohort c" in res.message("b/again")
+    fresh = world.submit(make_workload("fresh").ns("b").gpus(8).at(2.0)).run(now=10.0)
+    assert fresh.admitted_ids() == {"b/fresh"}
