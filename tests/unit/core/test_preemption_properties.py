@@ -72,10 +72,11 @@ def test_evictions_keep_quota_nodes_and_gangs(sc: Scenario) -> None:
 def test_every_eviction_follows_its_queues_rule(sc: Scenario) -> None:
     snap = sc.snapshot()
     decided = schedule(snap, 1.0)
-    admitted = {a.workload.id: a for a in decided.admitted}
+    # The preemptor is admitted at once, or (after_victims_stop, the default) claims the room.
+    preemptors = {a.workload.id: a.workload for a in decided.admitted}
+    preemptors.update({c.workload.id: c.workload for c in decided.claims})
     for e in decided.evicted:
-        # Evict and admit at one instant: the preemptor is in this cycle's admissions.
-        preemptor = admitted[e.preemptor].workload
+        preemptor = preemptors[e.preemptor]
         cq = sc.config.cluster_queues[e.preemptor_cluster_queue]
         victim = e.victim.workload
         if e.reason is PreemptionReason.IN_CLUSTER_QUEUE:
