@@ -17,6 +17,10 @@ What must stay true:
   else (GPUs) as a count (:func:`base_units`);
 - gauges describe the state *after* a cycle's admissions, and a series
   whose object disappeared (a deleted queue) is removed, not left stale;
+- a preemption a cycle decides is counted once per view, from the one
+  :class:`~queuemgr.core.reasons.Eviction` (:meth:`observe_preemption`): as an
+  eviction, by the preempting queue (Kueue's), and by the victim's queue with
+  the GPU-seconds its run loses;
 - counters and histograms are fed every cycle (:meth:`count_cycle`); the
   O(pending) gauges may be refreshed less often (:meth:`set_gauges`, paced by
   the service with :class:`~queuemgr.metrics.pacer.GaugePacer`).
@@ -35,8 +39,8 @@ from prometheus_client.exposition import start_http_server
 
 from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName
 from queuemgr.core.quota import QuotaLedger
-from queuemgr.core.reasons import Decisions, PendingReason
-from queuemgr.core.resources import ResourceName
+from queuemgr.core.reasons import Decisions, Eviction, PendingReason, PreemptionReason
+from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 from queuemgr.metrics.families import MetricFamilies
 from queuemgr.metrics.shape import (
@@ -69,14 +73,29 @@ class SchedulerMetrics(MetricFamilies):
         self.cycle.observe(duration_s)
         self.attempts.labels(result="success" if decisions.admitted else "inadmissible").inc()
         self.admitted_total.inc(len(decisions.admitted))
+        self._preemption_series(snapshot.config.cluster_queues)
         for e in decisions.evicted:
-            self.observe_eviction(e.reason.value, e.preemptor_cluster_queue)
+            self.observe_preemption(e, now)
         for a in decisions.admitted:
             cq = a.admission.cluster_queue
             label = priority_label(a.workload.priority, self._priority_classes)
             self.wait.labels(cluster_queue=cq, priority_class=label).observe(
                 max(0.0, now - a.workload.created_at)
             )
+
+    def _preemption_series(self, queues: Iterable[str]) -> None:
+        """Export every configured queue's preemption series at 0 before its first preemption.
+
+        ``rate()`` needs a sample before an increase to see it: a series born at 1
+        would hide the first preemption of each queue and reason from the dashboard,
+        and preemptions are rare enough for that to be most of them. O(queues).
+        """
+        new = set(queues) - self._preemption_queues
+        for cq in new:
+            for reason in PreemptionReason:
+                self.preemptions_total.labels(cluster_queue=cq, reason=reason.value)
+            self.preempted_gpu_seconds.labels(cluster_queue=cq)
+        self._preemption_queues |= new
 
     def set_gauges(self, snapshot: Snapshot, decisions: Decisions) -> None:
         """Every gauge to the state after ``decisions``: O(pending + nodes)."""
@@ -180,13 +199,35 @@ class SchedulerMetrics(MetricFamilies):
         With ``preemptor_cq`` it was preempted by that ClusterQueue: ``reason`` is
         then a preemption reason (:data:`PREEMPTION_REASONS`, e.g.
         ``InCohortReclamation``) and the eviction counts as ``Preempted``, as in Kueue.
+        Not knowing the victim, it leaves the per-victim series alone: a cycle's
+        evictions go through :meth:`observe_preemption` instead.
         """
         if preemptor_cq is None:
             self.evicted_total.labels(reason=bounded(reason, EVICTION_REASONS)).inc()
             return
+        self._preempted(bounded(reason, PREEMPTION_REASONS), preemptor_cq)
+
+    def observe_preemption(self, eviction: Eviction, now: float) -> None:
+        """An eviction a cycle at ``now`` decided: every preemption series, from one object.
+
+        Besides what :meth:`observe_eviction` counts, the victim's ClusterQueue gets
+        the preemption and the GPU-seconds of the run it loses: its placed GPUs
+        (partial admissions hold fewer) times the seconds since it was admitted.
+        """
+        victim = eviction.victim
+        why = bounded(eviction.reason.value, PREEMPTION_REASONS)
+        self._preempted(why, eviction.preemptor_cluster_queue)
+        cq = victim.admission.cluster_queue
+        self.preemptions_total.labels(cluster_queue=cq, reason=why).inc()
+        gpus = admitted_requests(victim).get(GPU, 0)
+        # Clamped: admitted_at may come from another replica's clock, slightly ahead of
+        # this one, and a counter cannot go down.
+        ran_s = max(0.0, now - victim.admitted_at)
+        self.preempted_gpu_seconds.labels(cluster_queue=cq).inc(base_units(GPU, gpus) * ran_s)
+
+    def _preempted(self, reason: str, preemptor_cq: str) -> None:
         self.evicted_total.labels(reason="Preempted").inc()
-        why = bounded(reason, PREEMPTION_REASONS)
-        self.preempted_total.labels(preemptor_cluster_queue=preemptor_cq, reason=why).inc()
+        self.preempted_total.labels(preemptor_cluster_queue=preemptor_cq, reason=reason).inc()
 
     def observe_eta_error(self, predicted_start: float, actual_start: float) -> None:
         self.eta_error.observe(abs(actual_start - predicted_start))

@@ -61,6 +61,24 @@ class MetricFamilies:
             ["preemptor_cluster_queue", "reason"],
             registry=r,
         )
+        # The same preemptions seen from the victim's side: which queue loses work, and
+        # how much. Kept apart from ``preempted_total``, which dashboards and Kueue-style
+        # queries read by the preempting queue.
+        self.preemptions_total = Counter(
+            "queuemgr_preemptions",
+            "Evictions decided by scheduling cycles, by the victim's ClusterQueue and the "
+            "preemption reason",
+            ["cluster_queue", "reason"],
+            registry=r,
+        )
+        self.preempted_gpu_seconds = Counter(
+            "queuemgr_preempted_gpu_seconds",
+            "GPU-seconds of runs thrown away by preemption (each victim's placed GPUs times "
+            "the seconds from its admission to the cycle that evicted it), by the victim's "
+            "ClusterQueue",
+            ["cluster_queue"],
+            registry=r,
+        )
         self.finished_total = Counter(
             "queuemgr_finished_workloads", "Workloads finished, by result", ["result"], registry=r
         )
@@ -150,6 +168,8 @@ class MetricFamilies:
         self.build_info.labels(version=version or _installed_version()).set(1)
         for result in ("success", "inadmissible"):
             self.attempts.labels(result=result)  # exported at 0 before the first cycle
+        # ClusterQueues whose preemption series exist (at 0 until a preemption).
+        self._preemption_queues: set[str] = set()
         self._frames = {
             g: SeriesFrame(g)
             for g in (

@@ -39,6 +39,8 @@ KEY_PANELS = (
     "Pending workloads per cluster queue, by reason",
     "Pending workloads per local queue, by reason",
     "GPUs: usage vs nominal quota vs borrowed, per queue",
+    # Exported at 0 for every configured queue, so it has data before any preemption.
+    "Preemptions per second, by victim queue and reason; GPU-seconds lost",
     "Scheduling cycle duration",
     "Free GPUs per flavor",
     "Leader",

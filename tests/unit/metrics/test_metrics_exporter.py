@@ -172,6 +172,7 @@ def test_registries_are_isolated_and_render_has_every_family() -> None:
         "queuemgr_pending_workloads", "queuemgr_admitted_active_workloads",
         "queuemgr_admitted_workloads", "queuemgr_evicted_workloads",
         "queuemgr_preempted_workloads", "queuemgr_finished_workloads",
+        "queuemgr_preemptions", "queuemgr_preempted_gpu_seconds",
         "queuemgr_cluster_queue_nominal_quota", "queuemgr_cluster_queue_borrowing_limit",
         "queuemgr_cluster_queue_lending_limit", "queuemgr_cluster_queue_resource_usage",
         "queuemgr_cluster_queue_resource_pending", "queuemgr_cluster_queue_weighted_share",
