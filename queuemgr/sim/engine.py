@@ -43,6 +43,7 @@ from queuemgr.core.policy import Ordering, OverrunPolicy, SchedulerPolicy
 from queuemgr.core.reasons import Decisions, Eviction
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
+from queuemgr.core.tally import PreemptionTally
 from queuemgr.sim.invariants import InvariantChecker
 from queuemgr.sim.scenario import SimWorkload
 from queuemgr.sim.yamlcheck import InputError
@@ -80,7 +81,7 @@ class SimResult:
     evictions: int = 0
     # A victim admitted again while the preemptor it made room for still waited.
     wasted_preemptions: int = 0
-    evictions_by_workload: dict[WorkloadId, int] = field(default_factory=dict)
+    max_preemptions_per_workload: int = 0
     pending_at_end: int = 0
     running_at_end: int = 0
     not_submitted: int = 0
@@ -144,9 +145,7 @@ class Engine:
         self._stopping: dict[WorkloadId, Workload] = {}
         self._backing_off: dict[WorkloadId, Workload] = {}
         self._claims: dict[WorkloadId, Claim] = {}
-        # Victim -> the preemptors still waiting for the room it gave, and back.
-        self._preemptor_of: dict[WorkloadId, set[WorkloadId]] = {}
-        self._victims_of: dict[WorkloadId, set[WorkloadId]] = {}
+        self.tally = PreemptionTally()
         self._reported: set[WorkloadId] = set()  # inadmissible events already emitted
         if check_every is None:
             check_every = 1 if len(workloads) < FULL_CHECK_BELOW else CHECK_EVERY
@@ -195,6 +194,8 @@ class Engine:
             sum(1 for _ in self.cache.pending()) + len(self._stopping) + len(self._backing_off)
         )
         self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
+        res.wasted_preemptions = self.tally.wasted
+        res.max_preemptions_per_workload = self.tally.most_per_workload
         res.invariant_checks = self.checker.checks
         res.invariant_violations = self.checker.violations
         res.wall_time_s = time.perf_counter() - started
@@ -287,11 +288,7 @@ class Engine:
         self.cache.admit(a)
         self.checker.check_admission(a)
         wid, adm = a.workload.id, a.admission
-        for preemptor in self._preemptor_of.pop(wid, ()):
-            res.wasted_preemptions += 1  # its preemptor is still waiting for that room
-            self._victims_of[preemptor].discard(wid)
-        for victim in self._victims_of.pop(wid, ()):
-            self._preemptor_of[victim].discard(wid)
+        self.tally.admitted(wid)
         runtime, limited = self._runtime.pop(wid)
         del self._route[wid]
         partial = a.workload.partial_pod_set is not None and a.partial
@@ -323,10 +320,8 @@ class Engine:
         run = self._stop(now, wid, finished=False)
         del self._finish_at[wid]
         res = self.result
-        count = res.evictions_by_workload.get(wid, 0) + 1
-        res.evictions_by_workload[wid] = count
-        self._preemptor_of.setdefault(wid, set()).add(e.preemptor)
-        self._victims_of.setdefault(e.preemptor, set()).add(wid)
+        self.tally.evicted(e, now)
+        count = self.tally.by_workload[wid]
         self._stopping[wid] = dataclasses.replace(run.admitted.workload, evictions=count)
         heapq.heappush(self._timers, (now + self.policy.victim_stop_delay, "stop", wid))
         self._runtime[wid] = self._spec[wid]  # it starts over when admitted again

@@ -107,7 +107,7 @@ def summarize(
         "evictions": result.evictions,
         "preemptions": result.evictions,
         "wasted_preemptions": result.wasted_preemptions,
-        "max_preemptions_per_workload": max(result.evictions_by_workload.values(), default=0),
+        "max_preemptions_per_workload": result.max_preemptions_per_workload,
         "lost_gpu_seconds": lost,
         "lost_gpu_share": lost / used if used > 0 else None,
         "pending_at_end": result.pending_at_end,
