@@ -36,7 +36,7 @@ from queuemgr.sim.engine import Engine
 from queuemgr.sim.knobs import override_policy
 from queuemgr.sim.report import EventWriter, print_table, summarize
 from queuemgr.sim.scenario import load_scenario
-from queuemgr.sim.trace import load_trace
+from queuemgr.sim.trace import MaxRuntimeRule, load_trace, parse_max_runtime_rule
 from queuemgr.sim.yamlcheck import InputError
 
 EXIT_FAILURE = 1
@@ -65,6 +65,14 @@ for _command in (submit, list_, status, why, cancel):
 )
 @click.option("--assign-tenants", type=click.IntRange(min=1), help="Assign tenant-0..N-1 to jobs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --assign-tenants.")
+@click.option(
+    "--trace-max-runtime",
+    "max_runtime",
+    metavar="RULE",
+    callback=lambda _ctx, _param, value: _max_runtime_rule(value),
+    help="Trace jobs' declared runtime limits: auto (default: the max_runtime_s column "
+    "where given), none, column, actual or 'actual*F' (duration x F, F >= 1).",
+)
 @click.option("--events", "events_path", help="Write events as JSON lines ('-' for stdout).")
 @click.option("--summary", "summary_path", help="Write the JSON summary ('-' for stdout).")
 @click.option("--until", type=click.FloatRange(min=0), help="Stop after this virtual time (s).")
@@ -80,6 +88,7 @@ def simulate(
     trace: Path | None,
     assign_tenants: int | None,
     seed: int,
+    max_runtime: MaxRuntimeRule | None,
     events_path: str | None,
     summary_path: str | None,
     until: float | None,
@@ -88,9 +97,19 @@ def simulate(
     """Replay SCENARIO (and optionally a trace) through the scheduler in virtual time."""
     if assign_tenants is not None and trace is None:
         raise click.UsageError("--assign-tenants needs --trace")
+    if max_runtime is not None and trace is None:
+        raise click.UsageError("--trace-max-runtime needs --trace")
     try:
         code = _simulate(
-            scenario, trace, assign_tenants, seed, events_path, summary_path, until, overrides
+            scenario,
+            trace,
+            assign_tenants,
+            seed,
+            events_path,
+            summary_path,
+            until,
+            overrides,
+            max_runtime=max_runtime,
         )
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -112,6 +131,8 @@ def _simulate(
     summary_path: str | None,
     until: float | None,
     overrides: tuple[str, ...] = (),
+    *,
+    max_runtime: MaxRuntimeRule | None = None,
 ) -> int:
     try:
         scenario = load_scenario(scenario_path)
@@ -122,12 +143,17 @@ def _simulate(
             scenario, policy=override_policy(scenario.policy, overrides, "--scheduler")
         )
     workloads = list(scenario.workloads)
-    tenants_assigned = unmatched = None
+    tenants_assigned = unmatched = trace_max_runtime = None
     if trace_path is not None:
         namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
         jobs = load_trace(
-            trace_path, namespaces=namespaces, assign_tenants=assign_tenants, seed=seed
+            trace_path,
+            namespaces=namespaces,
+            assign_tenants=assign_tenants,
+            seed=seed,
+            max_runtime=max_runtime or MaxRuntimeRule(),
         )
+        trace_max_runtime = jobs.max_runtime
         workloads.extend(jobs.workloads)
         tenants_assigned, unmatched = jobs.tenants_assigned, jobs.unmatched
         if unmatched:
@@ -146,6 +172,9 @@ def _simulate(
     summary = summarize(
         result, scenario.config, tenants_assigned=tenants_assigned, unmatched_tenants=unmatched
     )
+    if trace_max_runtime is not None:
+        # Like tenants_assigned: limits a rule made up must never pass for trace data.
+        summary["trace_max_runtime"] = trace_max_runtime
     if summary_path is not None:
         with ExitStack() as stack:
             out = _open(stack, summary_path)
@@ -160,6 +189,15 @@ def _simulate(
         click.echo(f"error: {len(result.invariant_violations)} invariant violations", err=True)
         return EXIT_FAILURE
     return 0
+
+
+def _max_runtime_rule(value: str | None) -> MaxRuntimeRule | None:
+    if value is None:
+        return None
+    try:
+        return parse_max_runtime_rule(value, option="--trace-max-runtime")
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _open(stack: ExitStack, path: str) -> IO[str]:

@@ -12,6 +12,9 @@ What must stay true:
 - tenants invented by ``--assign-tenants`` are labelled as such
   (``TraceJobs.tenants_assigned``), never passed off as trace data, and are a
   pure function of (seed, job_id), so a rerun reproduces them exactly;
+- a declared runtime limit (``max_runtime``) comes from the trace's optional
+  ``max_runtime_s`` column or from a documented rule (:class:`MaxRuntimeRule`);
+  limits made up by a rule are labelled as such (``TraceJobs.max_runtime``);
 - parsing stays linear and cheap: equal job shapes share one ``PodSet``.
 """
 
@@ -28,6 +31,7 @@ from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.core.resources import (
@@ -51,7 +55,9 @@ REQUIRED_COLUMNS = (
     "cpus_per_worker",
     "mem_gib_per_worker",
 )
+MAX_RUNTIME_COLUMN = "max_runtime_s"
 ASSIGN_RULE = "zipf-s1-blake2b"
+_FACTOR = re.compile(r"actual\*(?P<f>\d+(?:\.\d+)?)")
 _GIB = re.compile(r"^\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?\s*$")
 QUEUE = "default"
 
@@ -61,11 +67,76 @@ class TraceError(InputError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MaxRuntimeRule:
+    """Where each trace job's declared runtime limit comes from (docs/simulate.md).
+
+    ``auto``: the ``max_runtime_s`` column where a row has a value, else no limit;
+    ``none``: no limit (the column is ignored); ``column``: the column, required on
+    every row; ``actual``: the job's real duration times ``factor`` (>= 1), rounded
+    up to whole seconds and at least 1 s: the perfect-knowledge rule.
+    """
+
+    kind: Literal["auto", "none", "column", "actual"] = "auto"
+    factor: Fraction = Fraction(1)  # only for "actual"
+
+    def __post_init__(self) -> None:
+        if self.factor < 1 or (self.kind != "actual" and self.factor != 1):
+            raise InputError(f"max_runtime: no rule {self.kind}*{self.factor}")
+
+    @property
+    def text(self) -> str:
+        """The rule as ``parse_max_runtime_rule`` reads it (``"actual*1.5"``)."""
+        if self.factor == 1:
+            return self.kind
+        return f"actual*{_decimal(self.factor)}"
+
+    def limit(self, runtime: float) -> float:
+        """The ``actual`` rule's limit for a job that runs ``runtime`` seconds."""
+        # Exact, from the decimal the trace gave (repr round-trips it): a float product
+        # could land a hair above a whole second and round up one second too far.
+        # A limit must be positive, so a zero-second job declares 1 s.
+        return float(max(1, math.ceil(Fraction(repr(runtime)) * self.factor)))
+
+
+def parse_max_runtime_rule(text: str, *, option: str = "max_runtime") -> MaxRuntimeRule:
+    """``none``, ``auto``, ``column``, ``actual`` or ``actual*F`` (F a decimal >= 1)."""
+    kinds: dict[str, Literal["auto", "none", "column", "actual"]] = {
+        "auto": "auto",
+        "none": "none",
+        "column": "column",
+        "actual": "actual",
+    }
+    if text in kinds:
+        return MaxRuntimeRule(kind=kinds[text])
+    match = _FACTOR.fullmatch(text)
+    if match and Fraction(match["f"]) >= 1:
+        return MaxRuntimeRule(kind="actual", factor=Fraction(match["f"]))
+    why = "expected auto, none, column, actual or actual*F with F a decimal >= 1"
+    if match:
+        # A user who declares a limit from the job's duration declares one at least
+        # that long; a shorter one would only measure evictions of the rule's making.
+        why = "expected a factor F >= 1 in actual*F"
+    raise InputError(f"{option}: {why}, got {text!r}")
+
+
+def _decimal(x: Fraction) -> str:
+    """``x`` in decimal when it has one (3/2 -> ``"1.5"``), else ``"p/q"``."""
+    # A denominator 2**a * 5**b divides 10**max(a, b), and max(a, b) < its bit length.
+    for k in range(x.denominator.bit_length() + 1):
+        if 10**k % x.denominator == 0:
+            digits = str(x.numerator * 10**k // x.denominator).rjust(k + 1, "0")
+            return f"{digits[:-k]}.{digits[-k:]}" if k else digits
+    return str(x)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TraceJobs:
     workloads: list[SimWorkload]
     rows: int
     unmatched: dict[str, int] = field(default_factory=dict)  # tenant -> jobs not simulated
     tenants_assigned: dict[str, object] | None = None
+    # {"rule": the MaxRuntimeRule's text, "jobs": simulated jobs given a limit}
+    max_runtime: dict[str, object] = field(default_factory=dict)
 
 
 class TenantAssigner:
@@ -102,15 +173,25 @@ def load_trace(
     namespaces: Set[str],
     assign_tenants: int | None = None,
     seed: int = 0,
+    max_runtime: MaxRuntimeRule | str = "auto",
 ) -> TraceJobs:
-    """Read ``path``; ``namespaces`` are those holding a LocalQueue named ``default``."""
+    """Read ``path``; ``namespaces`` are those holding a LocalQueue named ``default``.
+
+    ``max_runtime`` is a :class:`MaxRuntimeRule` or its text (``"actual*1.5"``).
+    """
+    rule = max_runtime
+    if isinstance(rule, str):
+        rule = parse_max_runtime_rule(rule)
     assigner = TenantAssigner(assign_tenants, seed) if assign_tenants is not None else None
     workloads: list[SimWorkload] = []
     unmatched: dict[str, int] = {}
     shapes: dict[tuple[str, str, str, str], tuple[PodSet, ...]] = {}
     seen: set[str] = set()
-    rows = assigned = 0
-    for line, row in _rows(path):
+    rows = assigned = limited = 0
+    required: tuple[str, ...] = REQUIRED_COLUMNS
+    if rule.kind == "column":
+        required += (MAX_RUNTIME_COLUMN,)
+    for line, row in _rows(path, required, rule):
         rows += 1
         where = f"{path.name}:{line}"
         job_id = row["job_id"].strip()
@@ -142,6 +223,9 @@ def load_trace(
             pod_sets = (_pod_set(key, where),)
             shapes[key] = pod_sets
         submit = _seconds(row["submit_s"], f"{where}: submit_s")
+        runtime = _seconds(row["duration_s"], f"{where}: duration_s")
+        limit = _max_runtime(rule, row.get(MAX_RUNTIME_COLUMN), runtime, where)
+        limited += limit is not None
         workloads.append(
             SimWorkload(
                 workload=Workload(
@@ -150,17 +234,47 @@ def load_trace(
                     queue=QUEUE,
                     pod_sets=pod_sets,
                     created_at=submit,
+                    max_runtime=limit,
                 ),
-                runtime=_seconds(row["duration_s"], f"{where}: duration_s"),
+                runtime=runtime,
             )
         )
     info: dict[str, object] | None = None
     if assigner is not None:
         info = {"rule": ASSIGN_RULE, "n": assigner.n, "seed": seed, "jobs": assigned}
-    return TraceJobs(workloads=workloads, rows=rows, unmatched=unmatched, tenants_assigned=info)
+    return TraceJobs(
+        workloads=workloads,
+        rows=rows,
+        unmatched=unmatched,
+        tenants_assigned=info,
+        max_runtime={"rule": rule.text, "jobs": limited},
+    )
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+def _max_runtime(
+    rule: MaxRuntimeRule, text: str | None, runtime: float, where: str
+) -> float | None:
+    if rule.kind == "none":
+        return None
+    if rule.kind == "actual":
+        return rule.limit(runtime)
+    if text is None or not text.strip():
+        if rule.kind == "column":
+            raise TraceError(
+                f"{where}: {MAX_RUNTIME_COLUMN}: empty, and the max-runtime rule "
+                f"{rule.text!r} needs a limit on every row"
+            )
+        return None
+    field = f"{where}: {MAX_RUNTIME_COLUMN}"
+    value = _seconds(text, field)
+    if value == 0:
+        raise TraceError(f"{field}: expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _rows(
+    path: Path, required: tuple[str, ...], rule: MaxRuntimeRule
+) -> Iterator[tuple[int, dict[str, str]]]:
     try:
         raw = path.open("rb")
     except OSError as exc:
@@ -171,9 +285,12 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         try:
             reader = csv.DictReader(text)
             header = reader.fieldnames or []
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
+            missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(f"{path.name}: missing columns: {', '.join(missing)}")
+                needs = ""
+                if MAX_RUNTIME_COLUMN in missing:
+                    needs = f" (the max-runtime rule {rule.text!r} reads {MAX_RUNTIME_COLUMN})"
+                raise TraceError(f"{path.name}: missing columns: {', '.join(missing)}{needs}")
             for row in reader:
                 # reader.line_num counts physical lines, header included.
                 if None in row.values():

@@ -96,6 +96,84 @@ def test_empty_trace_tenant_without_assign_exits_2(tmp_path: Path) -> None:
     assert code == 2 and "pass --assign-tenants" in err
 
 
+TRACE_HEADER = (
+    "job_id,tenant,submit_s,duration_s,gpus_per_worker,workers,cpus_per_worker,"
+    "mem_gib_per_worker,max_runtime_s\n"
+)
+
+
+def test_fractional_gib_in_a_trace_is_rounded_up(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE_HEADER + "1,team-a,0,10,1,1,2,29.8018,\n")
+    code, out, err = simulate(
+        str(QUICKSTART), "--trace", str(trace), "--events", "-", "--summary", str(tmp_path / "s.json")
+    )
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert {"admitted", "finished"} <= {
+        e["event"] for e in events if e["workload"] == "team-a/job-1"
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--trace-max-runtime", "actual*0.5"], "--trace-max-runtime: expected a factor F >= 1"),
+        (["--trace-max-runtime", "soon"], "--trace-max-runtime: expected auto, none, column"),
+        (["--trace-max-runtime", "column"], "t.csv:2: max_runtime_s: empty"),
+    ],
+    ids=["factor-below-1", "unknown-rule", "column-rule-empty-cell"],
+)
+def test_bad_trace_max_runtime_exits_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE_HEADER + "1,team-a,0,10,1,1,,,\n")
+    code, _, err = simulate(str(QUICKSTART), "--trace", str(trace), *args)
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+    assert args[1] in err  # the value
+
+
+def test_trace_max_runtime_needs_trace() -> None:
+    code, _, err = simulate(str(QUICKSTART), "--trace-max-runtime", "actual")
+    assert code == 2 and "--trace-max-runtime needs --trace" in err
+
+
+@pytest.mark.parametrize(
+    ("rule", "finished"),
+    [
+        (None, [("team-a/job-1", 600.0, "MaxRuntimeExceeded"), ("team-a/job-2", 300.0, None)]),
+        ("none", [("team-a/job-1", 1000.0, None), ("team-a/job-2", 300.0, None)]),
+        ("actual*1.5", [("team-a/job-1", 1000.0, None), ("team-a/job-2", 300.0, None)]),
+    ],
+    ids=["default-reads-the-column", "none", "actual-never-overruns"],
+)
+def test_trace_max_runtime_reaches_the_engine(
+    tmp_path: Path, rule: str | None, finished: list[tuple[str, float, str | None]]
+) -> None:
+    # Under overrun_policy evict a declared limit shorter than the run stops the job.
+    trace = tmp_path / "t.csv"
+    trace.write_text(TRACE_HEADER + "1,team-a,0,1000,1,1,,,600\n2,team-a,0,300,1,1,,,\n")
+    events, summary = tmp_path / "events.jsonl", tmp_path / "summary.json"
+    args = ["--trace", str(trace), "--scheduler", "overrun_policy=evict"]
+    args += ["--trace-max-runtime", rule] if rule else []
+    code, _, err = simulate(
+        str(QUICKSTART), *args, "--events", str(events), "--summary", str(summary)
+    )
+    assert code == 0, err
+    got = [json.loads(line) for line in events.read_text().splitlines()]
+    ends = sorted(
+        (e["workload"], e["t"], e["reason"])
+        for e in got
+        if e["event"] == "finished" and "/job-" in e["workload"]
+    )
+    assert ends == finished
+    jobs = {None: 1, "none": 0, "actual*1.5": 2}[rule]
+    assert json.loads(summary.read_text())["trace_max_runtime"] == {
+        "rule": rule or "auto",
+        "jobs": jobs,
+    }
+
+
 @pytest.mark.skipif(
     not PHILLY_TRACE.exists(), reason=f"shared Philly trace not present at {PHILLY_TRACE}"
 )

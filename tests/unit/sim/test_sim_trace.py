@@ -1,14 +1,25 @@
-"""Trace loading: row mapping, tenant routing, unmatched tenants and seeded assignment."""
+"""Trace loading: row mapping, quantities, tenant routing and assignment, runtime limits."""
 
 from __future__ import annotations
 
 import gzip
 from collections import Counter
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from queuemgr.sim.trace import TenantAssigner, TraceError, load_trace
+from queuemgr.sim.trace import (
+    MaxRuntimeRule,
+    TenantAssigner,
+    TraceError,
+    load_trace,
+    parse_max_runtime_rule,
+)
+from queuemgr.sim.yamlcheck import InputError
 
 HEADER = "job_id,tenant,submit_s,duration_s,gpus_per_worker,workers,cpus_per_worker,"
 HEADER += "mem_gib_per_worker,status\n"
@@ -154,3 +165,131 @@ def test_assignment_is_roughly_zipf() -> None:
     expected = [0.48, 0.24, 0.16, 0.12]
     for k, share in enumerate(expected):
         assert abs(counts[f"tenant-{k}"] / 20000 - share) < 0.02
+
+
+RULES = [
+    pytest.param("auto", "auto", Fraction(1), "auto", id="auto"),
+    pytest.param("none", "none", Fraction(1), "none", id="none"),
+    pytest.param("column", "column", Fraction(1), "column", id="column"),
+    pytest.param("actual", "actual", Fraction(1), "actual", id="actual"),
+    pytest.param("actual*1", "actual", Fraction(1), "actual", id="actual-times-1"),
+    pytest.param("actual*1.5", "actual", Fraction(3, 2), "actual*1.5", id="actual-times-1.5"),
+    pytest.param("actual*2", "actual", Fraction(2), "actual*2", id="actual-times-2"),
+    pytest.param("actual*1.050", "actual", Fraction(21, 20), "actual*1.05", id="trailing-zero"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "factor", "canonical"), RULES)
+def test_max_runtime_rules_parse(text: str, kind: str, factor: Fraction, canonical: str) -> None:
+    rule = parse_max_runtime_rule(text, option="--trace-max-runtime")
+    assert (rule.kind, rule.factor, rule.text) == (kind, factor, canonical)
+    assert parse_max_runtime_rule(rule.text) == rule  # the summary's text reads back
+
+
+BAD_RULES = [
+    pytest.param("actual*0.5", "F >= 1", id="factor-below-1"),
+    pytest.param("actual*0", "F >= 1", id="factor-zero"),
+    pytest.param("actual*", "expected auto, none", id="no-factor"),
+    pytest.param("actual*-2", "expected auto, none", id="negative-factor"),
+    pytest.param("actual*1e3", "expected auto, none", id="exponent-factor"),
+    pytest.param("actual*x", "expected auto, none", id="garbage-factor"),
+    pytest.param("actual * 2", "expected auto, none", id="spaces"),
+    pytest.param("Actual", "expected auto, none", id="capitalised"),
+    pytest.param("max", "expected auto, none", id="unknown"),
+    pytest.param("", "expected auto, none", id="empty"),
+]
+
+
+@pytest.mark.parametrize(("text", "why"), BAD_RULES)
+def test_bad_max_runtime_rules_name_the_option_and_value(text: str, why: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_max_runtime_rule(text, option="--trace-max-runtime")
+    message = str(err.value)
+    assert message.startswith("--trace-max-runtime: ")
+    assert message.endswith(f"got {text!r}")
+    assert why in message
+
+
+LIMIT_HEADER = HEADER.strip() + ",max_runtime_s\n"
+# duration_s, max_runtime_s of three jobs of tenant a
+LIMIT_ROWS = [("100", "7200"), ("10", ""), ("0", "0.5")]
+EFFECTS = [
+    pytest.param(LIMIT_HEADER, "auto", [7200.0, None, 0.5], id="auto-reads-the-column"),
+    pytest.param(HEADER, "auto", [None, None, None], id="auto-without-column-as-before"),
+    pytest.param(LIMIT_HEADER, "none", [None, None, None], id="none-ignores-the-column"),
+    pytest.param(HEADER, "actual", [100.0, 10.0, 1.0], id="actual-at-least-1s"),
+    # 10 x 1.1 is 11.000000000000002 in floats, which would round up to 12.
+    pytest.param(HEADER, "actual*1.1", [110.0, 11.0, 1.0], id="actual-times-1.1-exact"),
+    pytest.param(LIMIT_HEADER, "actual*2.5", [250.0, 25.0, 1.0], id="actual-ignores-the-column"),
+]
+
+
+@pytest.mark.parametrize(("header", "rule", "limits"), EFFECTS)
+def test_max_runtime_rule_sets_the_workloads_limit(
+    tmp_path: Path, header: str, rule: str, limits: list[float | None]
+) -> None:
+    trace = tmp_path / "t.csv"
+    cells = [row(job_id=str(i), duration_s=d) for i, (d, _) in enumerate(LIMIT_ROWS)]
+    if header == LIMIT_HEADER:
+        cells = [c + "," + m for c, (_, m) in zip(cells, LIMIT_ROWS, strict=True)]
+    trace.write_text(header + "".join(c + "\n" for c in cells))
+    jobs = load_trace(trace, namespaces={"a"}, max_runtime=rule)
+    assert [sw.workload.max_runtime for sw in jobs.workloads] == limits
+    assert [sw.runtime for sw in jobs.workloads] == [100.0, 10.0, 0.0]  # runtimes untouched
+    n = sum(limit is not None for limit in limits)
+    assert jobs.max_runtime == {"rule": rule, "jobs": n}
+
+
+def test_column_rule_takes_the_column(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(LIMIT_HEADER + row() + ",3600.5\n")
+    jobs = load_trace(trace, namespaces={"a"}, max_runtime=MaxRuntimeRule(kind="column"))
+    assert jobs.workloads[0].workload.max_runtime == 3600.5
+
+
+BAD_LIMITS = [
+    pytest.param("column", HEADER, None, "t.csv: missing columns: max_runtime_s", id="no-column"),
+    pytest.param("column", LIMIT_HEADER, "", "t.csv:3: max_runtime_s: empty", id="empty-cell"),
+    pytest.param("column", LIMIT_HEADER, " ", "t.csv:3: max_runtime_s: empty", id="blank-cell"),
+    pytest.param(
+        "auto", LIMIT_HEADER, "0", "t.csv:3: max_runtime_s: expected a positive", id="zero"
+    ),
+    pytest.param(
+        "auto", LIMIT_HEADER, "-5", "t.csv:3: max_runtime_s: expected a non-neg", id="neg"
+    ),
+    pytest.param(
+        "auto", LIMIT_HEADER, "1h", "t.csv:3: max_runtime_s: expected a number", id="unit"
+    ),
+    pytest.param("column", LIMIT_HEADER, "inf", "t.csv:3: max_runtime_s: expected a non", id="inf"),
+]
+
+
+@pytest.mark.parametrize(("rule", "header", "cell", "message"), BAD_LIMITS)
+def test_bad_limits_name_file_line_column_and_value(
+    tmp_path: Path, rule: str, header: str, cell: str | None, message: str
+) -> None:
+    trace = tmp_path / "t.csv"
+    rows = [row(), row(job_id="2")]
+    if cell is not None:
+        rows = [rows[0] + ",60", rows[1] + "," + cell]
+    trace.write_text(header + "".join(r + "\n" for r in rows))
+    with pytest.raises(TraceError) as err:
+        load_trace(trace, namespaces={"a"}, max_runtime=rule)
+    assert str(err.value).startswith(message)
+    if cell is None or not cell.strip():
+        assert "'column'" in str(err.value)  # says which rule wants a value
+    else:
+        assert repr(cell) in str(err.value)
+
+
+@given(
+    st.decimals(min_value=0, max_value=10**9, places=3, allow_nan=False),
+    st.integers(min_value=100, max_value=1000),
+)
+def test_actual_limits_never_cut_a_job_short(duration: Decimal, percent: int) -> None:
+    factor = Fraction(percent, 100)
+    runtime = float(duration)
+    limit = MaxRuntimeRule(kind="actual", factor=factor).limit(runtime)
+    exact = Fraction(repr(runtime)) * factor
+    assert limit >= runtime and limit == int(limit)
+    assert exact <= limit < max(exact + 1, 2)
