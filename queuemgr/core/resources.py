@@ -58,6 +58,9 @@ _SUFFIX = {
     "Ei": Fraction(2**60),
 }
 
+# Kubernetes keeps a quantity in an int64; nothing larger is a real request.
+_MAX_QUANTITY = 2**63 - 1
+_MAX_EXPONENT = 40
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
     r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
@@ -101,6 +104,8 @@ def parse_quantity(value: object, *, resource: str, field: str) -> int:
         exact = Fraction(match["num"])
         if match["exp"]:
             exponent = int(match["exp"][1:])
+            if abs(exponent) > _MAX_EXPONENT:  # 10**1e9 would take minutes and gigabytes
+                raise QuantityError(field, value, "quantity out of range")
             exact *= Fraction(10) ** exponent
         elif match["suffix"]:
             exact *= _SUFFIX[match["suffix"]]
@@ -108,6 +113,8 @@ def parse_quantity(value: object, *, resource: str, field: str) -> int:
         raise QuantityError(field, value, "bad quantity")
     if exact < 0:
         raise QuantityError(field, value, "negative quantity")
+    if exact > _MAX_QUANTITY:
+        raise QuantityError(field, value, "quantity out of range (Kubernetes allows 2^63-1)")
     if resource in _MILLI_RESOURCES:
         exact *= 1000
     if exact.denominator != 1:

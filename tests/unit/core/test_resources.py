@@ -100,6 +100,11 @@ BAD = [
     ("cpu", True, "bad quantity"),
     ("cpu", None, "bad quantity"),
     ("cpu", [1], "bad quantity"),
+    # Bounded whatever the input: a huge exponent is refused before it is computed.
+    ("memory", "1e999999999", "out of range"),
+    ("memory", "1e19", "out of range"),
+    ("memory", "9Ei", "out of range"),
+    ("cpu", 10**30, "out of range"),
 ]
 
 
