@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from queuemgr.core.model import (
     AdmittedWorkload,
@@ -141,17 +142,18 @@ class Preemptor:
 
     def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
         chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
+        mine: tuple[int, Fraction] | None = None  # the preemptor's share once admitted
         for a, reason in self._candidates(cq, w, flavor):
             if reason is not PreemptionReason.IN_CLUSTER_QUEUE and not self._borrows(
                 a.admission.cluster_queue, flavor
             ):
                 continue  # that peer is back within its nominal: nothing left to reclaim
+            if reason is PreemptionReason.IN_COHORT_FAIR_SHARING:
+                if mine is None:
+                    mine = self._ledger.share(cq.name, (flavor, w.total_requests))
+                if not self._fair_to_take(a, mine):
+                    continue
             self._remove(a)
-            if reason is PreemptionReason.IN_COHORT_FAIR_SHARING and not self._fair_to_take(
-                cq, w, flavor, a
-            ):
-                self._restore(a)
-                continue
             chosen.append((a, reason))
             if self._fits(cq, w, flavor):
                 break
@@ -182,16 +184,13 @@ class Preemptor:
         )
 
     # -- helpers ----------------------------------------------------------
-    def _fair_to_take(
-        self, cq: ClusterQueue, w: Workload, flavor: FlavorName, victim: AdmittedWorkload
-    ) -> bool:
-        """Kueue's LessThanOrEqualToFinalShare, with ``victim`` already removed.
-
-        The victim's queue must keep a share at least the preemptor's share after its
-        admission, so that the victim could never take the capacity straight back.
+    def _fair_to_take(self, victim: AdmittedWorkload, mine: tuple[int, Fraction]) -> bool:
+        """Kueue's LessThanOrEqualToFinalShare: ``victim``'s queue, once it is evicted,
+        keeps a share at least ``mine`` (the preemptor's after its admission), so that
+        the victim could never take the capacity straight back.
         """
-        mine = self._ledger.share(cq.name, (flavor, w.total_requests))
-        theirs = self._ledger.share(victim.admission.cluster_queue)
+        gone = {r: -v for r, v in admitted_requests(victim).items()}
+        theirs = self._ledger.share(victim.admission.cluster_queue, (victim.admission.flavor, gone))
         return theirs >= mine
 
     def _fits(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
