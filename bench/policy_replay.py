@@ -24,9 +24,16 @@ as a fraction of capacity: sum |alloc - fair| / (2 x capacity); and the ETA
 error: for each job that had to wait, |actual start - the ETA its status gave
 in its first cycle|, median and p90 (jobs with an unknown ETA are not counted).
 
+With ``--preemption`` every tenant may reclaim its lent quota from any borrower
+(``reclaim_within_cohort: Any``) and the cohort shares by fair-sharing
+preemption, for all the policies alike; each then also reports its
+preemptions, the most of any one workload, wasted preemptions and the
+GPU-seconds lost to preemption as a share of those delivered. Utilization
+counts only the GPU-seconds of runs that finished.
+
     python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--largest-min-gpus G]
         [--ordering fifo|usage] [--policies 1,3] [--max-runtime RULE] [--parallel]
-        [--plot waits.png]
+        [--preemption] [--min-runtime S] [--plot waits.png]
 """
 
 from __future__ import annotations
@@ -39,11 +46,11 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from queuemgr.core.model import Workload
+from queuemgr.core.model import PreemptionPolicy, ReclaimWithinCohort, Workload
 from queuemgr.core.policy import Ordering, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import GPU
-from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import percentile
 from queuemgr.sim.scenario import SimWorkload, load_scenario
@@ -129,8 +136,10 @@ class Meter:
             eta = self.predicted.pop(wid, None)
             if eta is not None:
                 self.eta_errors.append(abs(t - eta))
-        elif e["event"] in ("finished", "evicted"):
+        elif e["event"] == "finished":
             self.busy.append((self.runs.pop(wid), t, self.gpus[wid]))
+        elif e["event"] == "evicted":  # thrown away: not delivered
+            self.runs.pop(wid)
 
     def cycle(self, now: float, snap: Snapshot, decided: Decisions, _took: float) -> None:
         # The ETA a newcomer is told in its first cycle, to compare with when it starts.
@@ -182,14 +191,34 @@ class Meter:
         }
 
 
+def cluster(preemption: bool, min_runtime: float) -> Config:
+    """The benchmark's cluster; with ``preemption``, reclaim Any and fair sharing on."""
+    config = load_scenario(SCENARIO).config
+    if not preemption:
+        return config
+    rule = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY, min_runtime=min_runtime)
+    return Config.of(
+        flavors=config.flavors.values(),
+        cohorts=[dataclasses.replace(c, fair_sharing=True) for c in config.cohorts.values()],
+        cluster_queues=[
+            dataclasses.replace(cq, preemption=rule) for cq in config.cluster_queues.values()
+        ],
+        local_queues=config.local_queues.values(),
+        nodes=config.nodes.values(),
+    )
+
+
 def run(
-    policy: SchedulerPolicy, workloads: list[SimWorkload], meters: dict[str, Meter], name: str
+    policy: SchedulerPolicy,
+    workloads: list[SimWorkload],
+    meters: dict[str, Meter],
+    name: str,
+    config: Config,
 ) -> dict[str, float | None]:
-    scenario = load_scenario(SCENARIO)
-    capacity = sum(n.allocatable.get(GPU, 0) for n in scenario.config.nodes.values())
+    capacity = sum(n.allocatable.get(GPU, 0) for n in config.nodes.values())
     meter = meters[name] = Meter({sw.workload.id: sw.workload for sw in workloads}, capacity)
     engine = Engine(
-        scenario.config,
+        config,
         workloads,
         emit=meter.event,
         observer=meter.cycle,
@@ -199,15 +228,21 @@ def run(
     t0 = time.perf_counter()
     engine.run()
     out = meter.figures(min(meter.submitted.values()), max(meter.submitted.values()))
+    tally = engine.tally
+    delivered = sum(q.gpu_seconds for q in engine.result.queues.values())
+    out["preemptions"] = float(tally.preemptions)
+    out["max per wl"] = float(tally.most_per_workload)
+    out["wasted"] = float(tally.wasted)
+    out["lost share"] = tally.lost_gpu_seconds / delivered if delivered else None
     out["wall s"] = time.perf_counter() - t0
     return out
 
 
 def _run_alone(
-    policy: SchedulerPolicy, workloads: list[SimWorkload], name: str
+    policy: SchedulerPolicy, workloads: list[SimWorkload], name: str, config: Config
 ) -> tuple[dict[str, float | None], Meter]:
     meters: dict[str, Meter] = {}
-    out = run(policy, workloads, meters, name)
+    out = run(policy, workloads, meters, name, config)
     meters[name].workloads = {}  # the parent has them; only the figures travel back
     return out, meters[name]
 
@@ -255,7 +290,20 @@ def main() -> None:
         "covering the duration), or a rule of queuemgr simulate --trace-max-runtime: "
         "auto, none, column, actual, 'actual*F'",
     )
+    parser.add_argument(
+        "--preemption",
+        action="store_true",
+        help="every tenant reclaims with reclaim_within_cohort Any, and the cohort shares "
+        "by fair-sharing preemption (all policies alike)",
+    )
+    parser.add_argument(
+        "--min-runtime",
+        type=float,
+        default=0.0,
+        help="with --preemption: each ClusterQueue's preemption.min_runtime, seconds (default 0)",
+    )
     args = parser.parse_args()
+    config = cluster(args.preemption, args.min_runtime)
     rule = None
     if args.max_runtime != PARTITIONS:
         try:
@@ -289,12 +337,16 @@ def main() -> None:
     if args.parallel:
         # One process per policy (fork): each gets the same jobs; only figures come back.
         with ProcessPoolExecutor(len(chosen), mp_context=get_context("fork")) as pool:
-            futures = {name: pool.submit(_run_alone, p, jobs, name) for name, p in chosen.items()}
+            futures = {
+                name: pool.submit(_run_alone, p, jobs, name, config) for name, p in chosen.items()
+            }
             results = {}
             for name, future in futures.items():
                 results[name], meters[name] = future.result()
     else:
-        results = {name: run(policy, jobs, meters, name) for name, policy in chosen.items()}
+        results = {
+            name: run(policy, jobs, meters, name, config) for name, policy in chosen.items()
+        }
     keys = [
         "utilization",
         "p50 1-GPU",
@@ -304,11 +356,16 @@ def main() -> None:
         "unfairness",
         "ETA err p50",
         "ETA err p90",
+        "preemptions",
+        "max per wl",
+        "wasted",
+        "lost share",
         "wall s",
     ]
     print(
         f"{len(jobs)} Philly jobs on 160x8 GPUs, 8 assigned tenants, "
         f"declared limits by rule {args.max_runtime!r}"
+        + (f", preemption on (min_runtime {args.min_runtime:g} s)" if args.preemption else "")
     )
     print(f"{'policy':<48}" + "".join(f"{k:>13}" for k in keys))
     for name, res in results.items():
@@ -355,7 +412,7 @@ def plot(meters: dict[str, Meter], path: Path, jobs: str) -> None:
 def _cell(key: str, value: float | None) -> str:
     if value is None:
         return f"{'-':>13}"
-    if key == "utilization":
+    if key in ("utilization", "lost share"):
         return f"{value:>13.4f}"  # the target is met or missed by fractions of a percent
     return f"{value:>13.3f}" if key == "unfairness" else f"{value:>13.0f}"
 

@@ -12,7 +12,8 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
   only lower priorities; ``Any``: any priority).
 
 What must stay true: victims are tried in order (queues that borrow first,
-then lowest priority, then most recently admitted, which loses the least work)
+then lowest priority, then workloads preempted fewer than ``REPEAT_VICTIM``
+times, then most recently admitted, which loses the least work)
 and the set is pruned to a minimal one; a gang is evicted whole; a run younger
 than its ClusterQueue's ``min_runtime`` is no victim of reclaim or fair
 sharing; nothing is evicted unless the preemptor
@@ -43,6 +44,9 @@ from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import Eviction, PreemptionReason
 from queuemgr.core.snapshot import admitted_requests
+
+# Preempted this often, a workload becomes a victim of last resort (see _candidates).
+REPEAT_VICTIM = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,10 +136,21 @@ class Preemptor:
                 elif reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
                     out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
 
-        def order(item: tuple[AdmittedWorkload, PreemptionReason]) -> tuple[int, int, float, str]:
+        # The newest run loses the least work, so it goes first, except a workload already
+        # preempted REPEAT_VICTIM times: a run just re-admitted is the newest, and taking
+        # it first every time is how one workload gets preempted over and over.
+        def order(
+            item: tuple[AdmittedWorkload, PreemptionReason],
+        ) -> tuple[int, int, int, float, str]:
             a = item[0]
             borrows = self._borrows(a.admission.cluster_queue, flavor)
-            return (0 if borrows else 1, a.workload.priority, -a.admitted_at, a.workload.id)
+            return (
+                0 if borrows else 1,
+                a.workload.priority,
+                a.workload.evictions >= REPEAT_VICTIM,
+                -a.admitted_at,
+                a.workload.id,
+            )
 
         out.sort(key=order)
         return out
