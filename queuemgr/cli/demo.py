@@ -379,6 +379,11 @@ def _print_summary(s: Summary, run: Demo, database: DemoDatabase) -> None:
     click.echo(f"  workloads    {s.submitted} of {s.planned} submitted, {s.finished} finished")
     click.echo(f"  admitted     {s.admitted} workloads, {s.admissions} admissions")
     click.echo(f"  preempted    {s.preemptions}" + (f" (by {by})" if by else ""))
+    if s.preemptions:
+        click.echo(
+            f"               at most {s.max_preemptions_per_workload} of one workload, "
+            f"{s.wasted_preemptions} wasted, {s.lost_gpu_seconds:.0f} GPU-seconds lost"
+        )
     until = "last finish" if s.finished == s.submitted else "now"
     click.echo(
         f"  GPUs         {_percent(s.gpu_utilization)} of {s.gpu_capacity} used by finished runs "

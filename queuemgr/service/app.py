@@ -22,6 +22,8 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.model import Node
+from queuemgr.core.reasons import Decisions
+from queuemgr.core.tally import PreemptionTally
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.config import ServiceConfig
 from queuemgr.service.http import HttpServer
@@ -94,6 +96,8 @@ class Service:
             nodes, self.clock, default_runtime=config.default_runtime
         )
         self.metrics = SchedulerMetrics()
+        # This replica's count of the preemptions it decided (the demo's summary reads it).
+        self.preemptions = PreemptionTally()
         self.elector = LeaderElector(
             self.engine, replica=config.replica, metrics=self.metrics, on_elected=self._wake
         )
@@ -105,7 +109,7 @@ class Service:
             metrics=self.metrics,
             policy=config.policy,
             safety_interval=config.cycle_interval,
-            on_cycle=None if self.kube is None else self.kube.status.observe,
+            on_cycle=self._observe_cycle,
         )
         if self.kube is not None:
             self.kube.attach(self.elector, self.metrics)
@@ -121,6 +125,11 @@ class Service:
             ready=self._ready,
         )
         self._stopped = threading.Event()
+
+    def _observe_cycle(self, decisions: Decisions, now: float) -> None:
+        self.preemptions.observe(decisions, now)
+        if self.kube is not None:
+            self.kube.status.observe(decisions, now)
 
     def _wake(self) -> None:
         """Elected: record who leads with which knobs (``why`` decides like it), then schedule."""

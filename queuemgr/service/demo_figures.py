@@ -109,6 +109,10 @@ class Summary:
     preemptions: int
     preemptions_by: Mapping[str, int]  # preempting ClusterQueue -> workloads preempted
     preemptions_seen: int  # preemptions the view saw happen
+    # From the service's own tally of its decisions (core.tally).
+    max_preemptions_per_workload: int
+    wasted_preemptions: int  # victims re-admitted while their preemptor still waited
+    lost_gpu_seconds: float  # of runs thrown away by preemption
     tenants: Mapping[str, TenantSummary]
     gpu_capacity: int
     span_s: float  # first submission to last finish (or now)
@@ -130,6 +134,9 @@ class Summary:
             "preemptions": self.preemptions,
             "preemptions_by": dict(self.preemptions_by),
             "preemptions_seen": self.preemptions_seen,
+            "max_preemptions_per_workload": self.max_preemptions_per_workload,
+            "wasted_preemptions": self.wasted_preemptions,
+            "lost_gpu_seconds": self.lost_gpu_seconds,
             "tenants": {
                 t: {
                     "submitted": s.submitted,
