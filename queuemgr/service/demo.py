@@ -19,6 +19,7 @@ node holds more GPUs than it has, and a violation is reported, never hidden.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import NodeName
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config
 from queuemgr.metrics import SchedulerMetrics
@@ -105,6 +107,22 @@ def _cluster_file() -> Iterator[Path]:
         yield path
 
 
+# The demo's jobs run for seconds where real ones run for hours, so its requeue backoff
+# is shortened as well (Kueue's 60 s would outlast the whole burst); ``speed`` then
+# compresses it like every other duration of the demo.
+DEMO_BACKOFF_BASE = 5.0
+DEMO_BACKOFF_MAX = 40.0
+
+
+def demo_policy(speed: float) -> SchedulerPolicy:
+    """The service's default policy, with the backoff on the demo's time scale."""
+    return dataclasses.replace(
+        SchedulerPolicy(),
+        requeue_backoff_base=DEMO_BACKOFF_BASE / speed,
+        requeue_backoff_max=DEMO_BACKOFF_MAX / speed,
+    )
+
+
 class Demo:
     """One demo run: build with :func:`prepare_database`'s result, then :meth:`run`."""
 
@@ -129,6 +147,7 @@ class Demo:
                 http_host="127.0.0.1",
                 http_port=0,
                 replica=f"demo-{os.getpid()}",
+                policy=demo_policy(speed),
             )
             self.service = Service(config)
         self.engine = create_engine(database.url)
