@@ -4,18 +4,26 @@ It runs online only (against a live connection): either one the caller put in
 ``config.attributes["connection"]``, or a fresh engine on ``sqlalchemy.url``.
 The models' metadata is the target, so ``alembic revision --autogenerate``
 (with ``QUEUEMGR_MIGRATIONS_DIR`` set) diffs against them.
+
+Every run first takes a transaction-scoped advisory lock, so two replicas
+upgrading at once serialize: the second waits, then finds the schema at head
+(it reads ``alembic_version`` only once it holds the lock).
 """
 
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Connection
 
+from queuemgr.store.leadership import MIGRATION_KEY, NAMESPACE
 from queuemgr.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata
+MIGRATION_LOCK = text("SELECT pg_advisory_xact_lock(:ns, :key)").bindparams(
+    ns=NAMESPACE, key=MIGRATION_KEY
+)
 
 
 def _migrate(connection: Connection) -> None:
@@ -26,6 +34,7 @@ def _migrate(connection: Connection) -> None:
         compare_server_default=True,
     )
     with context.begin_transaction():
+        connection.execute(MIGRATION_LOCK)  # held until this transaction ends
         context.run_migrations()
 
 

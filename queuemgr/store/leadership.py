@@ -25,10 +25,12 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-# Two-int4 advisory keys: ("qmgr", 1) elects the leader, ("qmgr", 2) fences writes.
+# Two-int4 advisory keys: ("qmgr", 1) elects the leader, ("qmgr", 2) fences writes,
+# ("qmgr", 3) serializes schema migrations (migrations/env.py).
 NAMESPACE = 0x716D6772
 LEADER_KEY = 1
 FENCE_KEY = 2
+MIGRATION_KEY = 3
 
 
 class NotLeader(RuntimeError):

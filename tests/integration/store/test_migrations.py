@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -47,3 +51,22 @@ def test_downgrade_base_then_upgrade_head_round_trips(database_url: str) -> None
 def test_unknown_revision_is_a_clear_error(database_url: str) -> None:
     with pytest.raises(migrate.MigrationError, match="nope"):
         migrate.upgrade(database_url, "nope")
+
+
+def test_concurrent_upgrades_serialize(empty_database_url: str) -> None:
+    # Replicas starting at once each run `queuemgr db upgrade`: the advisory lock in
+    # migrations/env.py makes the others wait, then find nothing left to do.
+    # (Processes, as in production: Alembic's command API is not thread-safe.)
+    env = {**os.environ, "QUEUEMGR_DATABASE_URL": empty_database_url}
+    command = [sys.executable, "-m", "queuemgr", "db", "upgrade"]
+    runs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(3)
+    ]
+    try:
+        outputs = [run.communicate(timeout=120)[0].decode() for run in runs]
+    finally:
+        for run in runs:  # a deadlock must not outlive the test
+            run.kill()
+    assert [run.returncode for run in runs] == [0, 0, 0], outputs
+    assert _diff(empty_database_url) == []
