@@ -17,18 +17,26 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
+from queuemgr.core.claims import Claim
 from queuemgr.core.model import (
+    Admission,
     ClusterQueue,
+    ClusterQueueName,
     Cohort,
+    FlavorName,
     FlavorQuota,
     LocalQueue,
     Node,
+    NodeName,
     Ordering,
     PodSet,
+    PodSetPlacement,
     ResourceFlavor,
     Taint,
     TaintEffect,
     Toleration,
+    Workload,
+    WorkloadId,
 )
 from queuemgr.core.resources import ResourceName, Resources
 
@@ -147,6 +155,7 @@ def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
         "namespaces": None if cq.namespaces is None else sorted(cq.namespaces),
         "within_cluster_queue": cq.preemption.within_cluster_queue.value,
         "reclaim_within_cohort": cq.preemption.reclaim_within_cohort.value,
+        "preemption_min_runtime": float(cq.preemption.min_runtime),
         "stopped": stopped,
         "ordering": None if cq.ordering is None else cq.ordering.value,
         "flavors": [quota_json(q) for q in cq.flavors],
@@ -167,3 +176,41 @@ def ordering_of(raw: str | None) -> Ordering | None:
 
 def local_queue_json(lq: LocalQueue) -> Json:
     return {"namespace": lq.namespace, "name": lq.name, "cluster_queue": lq.cluster_queue}
+
+
+# -- claims (workloads.claim) ------------------------------------------------------
+
+
+def claim_json(c: Claim) -> Json:
+    """A claim as ``workloads.claim`` keeps it; the workload is the row's own."""
+    adm = c.admission
+    return {
+        "cluster_queue": adm.cluster_queue,
+        "flavor": adm.flavor,
+        "placements": [
+            {"pod_set": p.pod_set, "node": p.node, "count": p.count} for p in adm.placements
+        ],
+        "borrowing": adm.borrowing,
+        "victims": list(c.victims),
+        "made_at": timestamp(c.made_at).isoformat(),
+    }
+
+
+def claim_of(raw: Mapping[str, Any], w: Workload) -> Claim:
+    """The claim of ``w`` (the very object the cycle sees pending) from its stored JSON."""
+    admission = Admission(
+        workload=w.id,
+        cluster_queue=ClusterQueueName(raw["cluster_queue"]),
+        flavor=FlavorName(raw["flavor"]),
+        placements=tuple(
+            PodSetPlacement(pod_set=p["pod_set"], node=NodeName(p["node"]), count=p["count"])
+            for p in raw["placements"]
+        ),
+        borrowing=bool(raw["borrowing"]),
+    )
+    return Claim(
+        workload=w,
+        admission=admission,
+        victims=tuple(WorkloadId(v) for v in raw["victims"]),
+        made_at=seconds(datetime.fromisoformat(raw["made_at"])),
+    )

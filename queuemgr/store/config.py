@@ -344,6 +344,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
                 preemption=PreemptionPolicy(
                     within_cluster_queue=WithinClusterQueue(r["within_cluster_queue"]),
                     reclaim_within_cohort=ReclaimWithinCohort(r["reclaim_within_cohort"]),
+                    min_runtime=r["preemption_min_runtime"],
                 ),
                 ordering=codec.ordering_of(r["ordering"]),
             )

@@ -13,10 +13,12 @@ writes are folded in after they commit (:meth:`StateMirror.committed`).
 What must stay true:
 
 - a refresh returns exactly what :func:`queuemgr.store.repository.load_state`
-  would read at the same instant (one consistent snapshot; pending workloads
-  of stopped ClusterQueues withheld), because every change of a workload row
-  bumps its ``version`` (see ``store.models``) and pod sets never change after
-  submission;
+  would read at the same instant and ``now`` (one consistent snapshot; pending
+  workloads of stopped ClusterQueues withheld, and those still backing off;
+  the claims of the pending ones, the evicted ones as ``stopping``), because
+  every change of a workload row bumps its ``version`` (see ``store.models``)
+  and pod sets never change after submission; a row whose backoff ends joins
+  the pending workloads at the first refresh at or after its ``requeue_at``;
 - the mirror records a version only for content it knows: a write of its own
   is folded in only when the row's new version is the one it read plus one,
   otherwise the row is re-read by the next refresh;
@@ -27,12 +29,14 @@ What must stay true:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from sqlalchemy import Connection, Engine, text
 
 from queuemgr.core.cache import Cache
+from queuemgr.core.claims import Claim
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import Decisions, PendingReason
@@ -40,8 +44,8 @@ from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, admitted_requests
 from queuemgr.store import codec
 from queuemgr.store.config import load_config
-from queuemgr.store.repository import StoredState
-from queuemgr.store.workloads import LiveRow, Persisted, Status, read_live
+from queuemgr.store.repository import StoredState, with_claims
+from queuemgr.store.workloads import LiveRow, Persisted, Status, read_live, read_stopping
 
 # Which row versions the configuration tables hold: every INSERT or UPDATE
 # writes a tuple with a new (ctid, xmin), a DELETE removes one. An equal count
@@ -94,6 +98,12 @@ class StateMirror:
         self._config: Config | None = None
         self._stopped: frozenset[ClusterQueueName] = frozenset()
         self._cache: Cache | None = None
+        # Of the queued rows kept out of the cache: row id -> when its backoff ends;
+        # of those in it: row id -> its claim. Both follow the cache (rebuilt with it).
+        self._backing_off: dict[int, float] = {}
+        self._claims: dict[int, Claim] = {}
+        self._stopping: frozenset[WorkloadId] = frozenset()
+        self._now = 0.0  # the last refresh's
         self.rows_read = 0  # full rows the last refresh read
 
     def unjudged(self) -> frozenset[WorkloadId]:
@@ -108,18 +118,25 @@ class StateMirror:
         """What the admitted workloads hold per LocalQueue (inner vectors never change)."""
         return dict(self._held)
 
-    def refresh(self, engine: Engine) -> StoredState:
-        """The state as of now, reading only what changed since the last refresh."""
+    def refresh(self, engine: Engine, *, now: float | None = None) -> StoredState:
+        """The state as of ``now`` (the wall clock when not given), reading only what changed.
+
+        ``now`` decides which queued workloads still back off (``requeue_at``).
+        """
+        now = time.time() if now is None else now
         connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with connection as conn, conn.begin():
             fingerprint = str(conn.execute(_CONFIG_FINGERPRINT).scalar_one())
             loaded = load_config(conn) if fingerprint != self._fingerprint else None
             fetched, gone = self._read_changes(conn)
+            stopping = read_stopping(conn)
         try:
+            self._now = now
+            self._stopping = stopping
             if loaded is not None:
                 self._config, self._stopped = loaded
                 self._fingerprint = fingerprint
-                self._cache = None  # rebuilt below from every row
+                self._drop_cache()  # rebuilt below from every row
             for i in gone:
                 self._take(self._rows[i])
             for row in fetched:
@@ -129,6 +146,11 @@ class StateMirror:
                 self._cache = Cache(self._config)
                 for row in self._rows.values():
                     self._cache_add(row)
+            else:
+                due = [i for i, at in self._backing_off.items() if at <= now]
+                for i in due:  # their backoff is over: pending from this cycle on
+                    del self._backing_off[i]
+                    self._enqueue(self._rows[i])
             return self._state()
         except Exception:
             self.reset()
@@ -151,6 +173,8 @@ class StateMirror:
 
     def _state(self) -> StoredState:
         assert self._cache is not None and self._config is not None
+        rows = self._rows
+        claims = {rows[i].workload.id: c for i, c in self._claims.items()}
         return StoredState(
             config=self._config,
             pending=tuple(self._cache.pending()),
@@ -158,8 +182,16 @@ class StateMirror:
             stopped=self._stopped,
             # A read-only view, valid until the next refresh or commit.
             statuses=MappingProxyType(self._statuses),
-            prebuilt=self._cache.snapshot(),
+            claims=claims,
+            stopping=self._stopping,
+            backing_off={rows[i].workload.id: at for i, at in self._backing_off.items()},
+            prebuilt=with_claims(self._cache.snapshot(), claims, self._stopping),
         )
+
+    def _drop_cache(self) -> None:
+        self._cache = None
+        self._backing_off.clear()
+        self._claims.clear()
 
     # -- keeping rows, held resources and the cache in step ------------------------
     def _put(self, row: LiveRow) -> None:
@@ -187,11 +219,13 @@ class StateMirror:
         else:
             self._statuses.pop(wid, None)
             self._unjudged.discard(wid)
+        self._claims.pop(row.id, None)
+        backing_off = self._backing_off.pop(row.id, None) is not None
         if self._cache is None:
             return
         if row.admitted is not None:
             self._cache.remove_admitted(wid)
-        elif self._cache.is_pending(wid):  # not there if its ClusterQueue is stopped
+        elif not backing_off and self._cache.is_pending(wid):  # not if its queue is stopped
             self._cache.remove_pending(wid)
 
     def _set_status(self, wid: WorkloadId, status: Status) -> None:
@@ -206,8 +240,19 @@ class StateMirror:
             return
         if row.admitted is not None:
             self._cache.add_admitted(row.admitted)
-        elif not (self._stopped and self._config.route(row.workload) in self._stopped):
+        elif row.backs_off(self._now):
+            assert row.requeue_at is not None
+            self._backing_off[row.id] = row.requeue_at
+        else:
+            self._enqueue(row)
+
+    def _enqueue(self, row: LiveRow) -> None:
+        """A queued row that does not back off: pending, unless its ClusterQueue is stopped."""
+        assert self._cache is not None and self._config is not None
+        if not (self._stopped and self._config.route(row.workload) in self._stopped):
             self._cache.add_pending(row.workload)
+            if row.claim is not None:
+                self._claims[row.id] = row.claim
 
     def _hold(self, a: AdmittedWorkload, sign: int) -> None:
         key = (a.workload.namespace, a.workload.queue)
@@ -271,6 +316,7 @@ def _moved(
     message: str,
     admitted: AdmittedWorkload | None,
 ) -> LiveRow:
+    queued = admitted is None  # an admission ends the claim and any backoff
     return LiveRow(  # not dataclasses.replace: this runs once per admission
         id=row.id,
         version=row.version + 1,
@@ -279,4 +325,6 @@ def _moved(
         message=message,
         workload=row.workload,
         admitted=admitted,
+        claim=row.claim if queued else None,
+        requeue_at=row.requeue_at if queued else None,
     )

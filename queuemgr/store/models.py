@@ -116,6 +116,8 @@ class ClusterQueueRow(Base):
     namespaces: Mapped[list[str] | None] = mapped_column(JSONB)  # NULL: any namespace
     within_cluster_queue: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
     reclaim_within_cohort: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
+    # Seconds a run of this queue is safe from reclaim and fair-sharing preemption.
+    preemption_min_runtime: Mapped[float] = mapped_column(Double, server_default=text("0"))
     stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 
@@ -163,6 +165,8 @@ class WorkloadRow(Base):
             "cluster_queue",
             postgresql_where=text("state = 'Admitted'"),
         ),
+        # Victims evicted but not yet requeued: every cycle reads them (Snapshot.stopping).
+        Index("ix_workloads_evicted", "id", postgresql_where=text("state = 'Evicted'")),
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
     namespace: Mapped[str] = mapped_column(Text)
@@ -185,6 +189,13 @@ class WorkloadRow(Base):
     # When the current admission's gang first had every pod ready (readiness
     # check); older than admitted_at means it was an earlier admission's.
     pods_ready_at: Mapped[datetime | None]
+    # Stable preemption (core.claims): the room this pending preemptor was promised,
+    # set with its victims' eviction and cleared when it is admitted or the claim ends.
+    claim: Mapped[Json | None]
+    # Times it was preempted, and (while queued again) when its requeue backoff ends:
+    # it is no cycle's pending workload before then.
+    evictions: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    requeue_at: Mapped[datetime | None]
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
 
 

@@ -14,6 +14,8 @@ loop always reloads the whole snapshot and also runs a periodic safety cycle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import Connection, text
 
 from queuemgr.core.model import Workload, WorkloadId
@@ -45,11 +47,21 @@ def finish_workload(
         notify(conn, "finished")
 
 
-def requeue_workload(conn: Connection, wid: WorkloadId, *, now: float) -> None:
-    """Evicted -> Pending once its pods are gone, and wake the scheduler."""
+def requeue_workload(
+    conn: Connection,
+    wid: WorkloadId,
+    *,
+    now: float,
+    backoff: Callable[[int], float] | None = None,
+) -> float | None:
+    """Evicted -> Pending once its pods are gone, and wake the scheduler.
+
+    Returns when its backoff ends (see :func:`~queuemgr.store.transitions.requeue`).
+    """
     with atomic(conn):
-        requeue(conn, wid, now=now)
+        until = requeue(conn, wid, now=now, backoff=backoff)
         notify(conn, "requeued")
+    return until
 
 
 # Evicted for want of ready pods: the readiness check requeues them after a backoff.

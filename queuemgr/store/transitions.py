@@ -9,12 +9,15 @@ lifecycle (``queuemgr.core.lifecycle``) allows it to leave, bumping
 :class:`~queuemgr.store.workloads.StateConflict` and nothing is written
 (:func:`finish_many`, the loop's batch of finishes, skips it and says which
 ones it moved);
-leaving Admitted deletes the workload's placements, which are live occupancy.
+leaving Admitted deletes the workload's placements, which are live occupancy;
+a preemption counts in ``evictions``, and the requeue that follows it sets
+``requeue_at`` (the backoff) in the same UPDATE; a finish or cancel ends a
+pending preemptor's claim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
 
@@ -34,6 +37,7 @@ def _move(
     message: str,
     now: float,
     extra: str = "",
+    params: dict[str, object] | None = None,
 ) -> None:
     ns, _, name = wid.partition("/")
     with atomic(conn):
@@ -52,6 +56,7 @@ def _move(
                 "ns": ns,
                 "name": name,
                 "sources": [s.value for s in sources],
+                **(params or {}),
             },
         ).first()
         if row is None:
@@ -62,7 +67,8 @@ def _move(
 def mark_finished(
     conn: Connection, wid: WorkloadId, *, now: float, reason: str = "Succeeded", message: str = ""
 ) -> None:
-    """Finish (or cancel) a workload that has not finished yet; frees its placements."""
+    """Finish (or cancel) a workload that has not finished yet; frees its placements
+    and ends its claim."""
     sources = tuple(s for s in WorkloadState if s is not WorkloadState.FINISHED)
     _move(
         conn,
@@ -72,12 +78,25 @@ def mark_finished(
         reason=reason,
         message=message,
         now=now,
-        extra=", finished_at = :now",
+        extra=", finished_at = :now, claim = NULL",
     )
 
 
-def evict(conn: Connection, wid: WorkloadId, *, now: float, reason: str, message: str = "") -> None:
-    """Admitted -> Evicted: frees its placements; :func:`requeue` makes it Pending again."""
+def evict(
+    conn: Connection,
+    wid: WorkloadId,
+    *,
+    now: float,
+    reason: str,
+    message: str = "",
+    preempted: bool = True,
+) -> None:
+    """Admitted -> Evicted: frees its placements; :func:`requeue` makes it Pending again.
+
+    A preemption (by a cycle, or by a lowered quota) counts in ``evictions``,
+    which the cycle and the requeue backoff read; an eviction for another
+    cause (``preempted=False``: a readiness timeout, with its own backoff) does not.
+    """
     _move(
         conn,
         wid,
@@ -86,26 +105,64 @@ def evict(conn: Connection, wid: WorkloadId, *, now: float, reason: str, message
         reason=reason,
         message=message,
         now=now,
+        extra=", evictions = evictions + 1" if preempted else "",
     )
 
 
-def requeue(conn: Connection, wid: WorkloadId, *, now: float) -> None:
-    """Evicted -> Pending, once the cluster confirms the gang's pods are gone."""
-    _move(
-        conn,
-        wid,
-        to=WorkloadState.PENDING,
-        sources=(WorkloadState.EVICTED,),
-        reason="Requeued",
-        message="",
-        now=now,
+def requeue(
+    conn: Connection,
+    wid: WorkloadId,
+    *,
+    now: float,
+    backoff: Callable[[int], float] | None = None,
+) -> float | None:
+    """Evicted -> Pending, once the cluster confirms the gang's pods are gone.
+
+    With ``backoff`` (seconds from the workload's eviction count, say
+    ``SchedulerPolicy.requeue_delay``), it is not pending for a cycle until
+    ``now`` plus that delay; the message says until when. Returns that time,
+    None if it may be admitted at once.
+    """
+    ns, _, name = wid.partition("/")
+    with atomic(conn):
+        evictions = conn.execute(
+            text(
+                "SELECT evictions FROM workloads WHERE namespace = :ns AND name = :name"
+                " AND state = 'Evicted' FOR UPDATE"
+            ),
+            {"ns": ns, "name": name},
+        ).scalar_one_or_none()
+        if evictions is None:
+            raise StateConflict(f"move to {WorkloadState.PENDING.value}", [wid])
+        delay = 0.0 if backoff is None else backoff(evictions)
+        until = now + delay if delay > 0 else None
+        message = "" if until is None else backoff_message(evictions, until, delay)
+        _move(
+            conn,
+            wid,
+            to=WorkloadState.PENDING,
+            sources=(WorkloadState.EVICTED,),
+            reason="Requeued",
+            message=message,
+            now=now,
+            extra=", requeue_at = :requeue_at",
+            params={"requeue_at": None if until is None else codec.timestamp(until)},
+        )
+    return until
+
+
+def backoff_message(evictions: int, until: float, delay: float) -> str:
+    times = "once" if evictions == 1 else f"{evictions} times"
+    return (
+        f"preempted {times}: backs off until {codec.timestamp(until).isoformat()} "
+        f"({delay:g}s) before it is tried again"
     )
 
 
 _FINISH_MANY = text("""
 UPDATE workloads AS w
 SET state = 'Finished', reason = :reason, message = :message, state_since = :now,
-    finished_at = :now, version = w.version + 1
+    finished_at = :now, claim = NULL, version = w.version + 1
 FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
 WHERE w.namespace = d.ns AND w.name = d.name AND w.state <> 'Finished'
 RETURNING w.id, w.namespace, w.name

@@ -13,11 +13,17 @@ What must stay true:
   writers admitting one workload exactly one wins; the other gets
   :class:`StateConflict` and its whole transaction rolls back;
 - placements are live occupancy: written on admission, deleted on finish or
-  eviction, so ``placements`` answers "what runs on this node".
+  eviction, so ``placements`` answers "what runs on this node";
+- a pending preemptor's claim (``core.claims``) is written in the transaction
+  that evicts its victims and cleared in the one that admits it (or ends the
+  claim), so a new leader holds exactly the claims the old one committed;
+- a queued row whose ``requeue_at`` is after the cycle's ``now`` backs off:
+  it is no pending workload of that cycle.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +33,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, text
 from sqlalchemy.exc import IntegrityError
 
+from queuemgr.core.claims import Claim
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import (
     Admission,
@@ -107,6 +114,12 @@ class Workloads:
     admitted: tuple[AdmittedWorkload, ...]
     # (state, reason, message) as stored, for writing only what a cycle changes.
     statuses: Mapping[WorkloadId, Status] = field(default_factory=dict)
+    # The stored claims of the pending workloads (claim.workload is the pending object).
+    claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
+    # Queued workloads withheld from ``pending`` while they back off: when each is due.
+    backing_off: Mapping[WorkloadId, float] = field(default_factory=dict)
+    # Evicted workloads not requeued yet: their pods may still run (Snapshot.stopping).
+    stopping: frozenset[WorkloadId] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -120,11 +133,18 @@ class LiveRow:
     message: str
     workload: Workload
     admitted: AdmittedWorkload | None  # set when state is Admitted
+    claim: Claim | None = None  # a queued preemptor's, on ``workload``
+    requeue_at: float | None = None  # queued: not pending before then
+
+    def backs_off(self, now: float) -> bool:
+        """Whether this queued row is still backing off at ``now``."""
+        return self.admitted is None and self.requeue_at is not None and self.requeue_at > now
 
 
 _COLUMNS = (
     "id, version, namespace, name, local_queue, priority, created_at, max_runtime, "
-    "state::text AS state, reason, message, admitted_at, cluster_queue, flavor, borrowing"
+    "state::text AS state, reason, message, admitted_at, cluster_queue, flavor, borrowing, "
+    "claim::text AS claim, evictions, requeue_at"
 )
 # Two reads, each matching one partial index's predicate exactly, so the cost
 # follows the live workloads, never the finished history.
@@ -161,7 +181,8 @@ def read_live(
     """The live (queued or admitted) rows among ``ids`` (all of them when None), by id.
 
     Pod sets never change after submission, so a row whose workload is in
-    ``known`` (by row id) keeps that object and its pod sets are not read.
+    ``known`` (by row id) keeps that object (a copy, if its eviction count
+    moved) and its pod sets are not read.
     """
     known = known or {}
     if ids is None:
@@ -191,7 +212,10 @@ def read_live(
                 priority=r.priority,
                 created_at=codec.seconds(r.created_at),
                 max_runtime=r.max_runtime,
+                evictions=r.evictions,
             )
+        elif w.evictions != r.evictions:
+            w = dataclasses.replace(w, evictions=r.evictions)
         state = WorkloadState(r.state)
         admitted = None
         if state is WorkloadState.ADMITTED:
@@ -204,6 +228,9 @@ def read_live(
             )
             at = codec.seconds(r.admitted_at)
             admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=at)
+        claim = None
+        if admitted is None and r.claim is not None:
+            claim = codec.claim_of(json.loads(r.claim), w)
         out.append(
             LiveRow(
                 id=r.id,
@@ -213,9 +240,20 @@ def read_live(
                 message=r.message,
                 workload=w,
                 admitted=admitted,
+                claim=claim,
+                requeue_at=None if r.requeue_at is None else codec.seconds(r.requeue_at),
             )
         )
     return out
+
+
+# Served by ix_workloads_evicted: as many rows as victims on their way out.
+_STOPPING = text("SELECT namespace, name FROM workloads WHERE state = 'Evicted'")
+
+
+def read_stopping(conn: Connection) -> frozenset[WorkloadId]:
+    """Evicted workloads not requeued yet (whose pods may still run): ``Snapshot.stopping``."""
+    return frozenset(WorkloadId(f"{r.namespace}/{r.name}") for r in conn.execute(_STOPPING))
 
 
 def _read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, ...]]:
@@ -249,18 +287,37 @@ def _read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, 
     return {wid: tuple(v) for wid, v in out.items()}
 
 
-def load_workloads(conn: Connection) -> Workloads:
-    """Queued (Pending, Inadmissible) and Admitted workloads, with pod sets and placements."""
+def load_workloads(conn: Connection, *, now: float) -> Workloads:
+    """Queued (Pending, Inadmissible) and Admitted workloads, with pod sets and placements.
+
+    A queued workload still backing off at ``now`` is in ``backing_off``, not ``pending``.
+    """
     pending: list[Workload] = []
     admitted: list[AdmittedWorkload] = []
     statuses: dict[WorkloadId, tuple[WorkloadState, str, str]] = {}
+    claims: dict[WorkloadId, Claim] = {}
+    backing_off: dict[WorkloadId, float] = {}
     for row in read_live(conn):
         if row.admitted is not None:
             admitted.append(row.admitted)
-        else:
-            pending.append(row.workload)
-            statuses[row.workload.id] = (row.state, row.reason, row.message)
-    return Workloads(pending=tuple(pending), admitted=tuple(admitted), statuses=statuses)
+            continue
+        wid = row.workload.id
+        statuses[wid] = (row.state, row.reason, row.message)
+        if row.backs_off(now):
+            assert row.requeue_at is not None
+            backing_off[wid] = row.requeue_at
+            continue
+        pending.append(row.workload)
+        if row.claim is not None:
+            claims[wid] = row.claim
+    return Workloads(
+        pending=tuple(pending),
+        admitted=tuple(admitted),
+        statuses=statuses,
+        claims=claims,
+        backing_off=backing_off,
+        stopping=read_stopping(conn),
+    )
 
 
 # One statement per kind of write, whatever the number of workloads: arrays
@@ -269,7 +326,7 @@ _ADMIT = text("""
 UPDATE workloads AS w
 SET state = 'Admitted', reason = 'Admitted', message = '', state_since = :now,
     admitted_at = :now, cluster_queue = d.cq, flavor = d.flavor, borrowing = d.borrowing,
-    version = w.version + 1
+    claim = NULL, requeue_at = NULL, version = w.version + 1
 FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:cqs AS text[]),
             CAST(:flavors AS text[]), CAST(:borrowing AS boolean[]))
      AS d(ns, name, cq, flavor, borrowing)
@@ -312,10 +369,28 @@ _STATUS_BY_ID = text(
 )
 
 
+# A claim is set on a queued preemptor only: one that left the queue (cancelled
+# meanwhile) is a lost race, and the cycle that evicted for it rolls back.
+_SET_CLAIMS = text("""
+UPDATE workloads AS w SET claim = CAST(d.claim AS jsonb), version = w.version + 1
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:claims AS text[]))
+     AS d(ns, name, claim)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+RETURNING w.namespace, w.name, w.version
+""")
+_CLEAR_CLAIMS = text("""
+UPDATE workloads AS w SET claim = NULL, version = w.version + 1
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.claim IS NOT NULL
+RETURNING w.namespace, w.name, w.version
+""")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Persisted:
     admitted: int
     statuses_written: int
+    claims_written: int = 0  # claims set or cleared (an admission clears its own)
     # What was written, for a caller that keeps its own copy of the rows
     # (``store.mirror``): each written row's new version, and the statuses.
     versions: Mapping[WorkloadId, int] = field(default_factory=dict, compare=False)
@@ -348,12 +423,49 @@ def persist_decisions(
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions)
         statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only, ids)
+        # Last, so that ``versions`` holds each row's final version.
+        claims = _write_claims(conn, decisions, versions)
     return Persisted(
         admitted=admitted,
         statuses_written=len(statuses),
+        claims_written=claims,
         versions=versions,
         statuses=statuses,
     )
+
+
+def _write_claims(conn: Connection, decisions: Decisions, versions: dict[WorkloadId, int]) -> int:
+    """Set the cycle's new claims, clear the ended ones; StateConflict if a preemptor left."""
+    made = {c.workload.id: c for c in decisions.claims}
+    admitted = decisions.admitted_ids() if decisions.released_claims else set()
+    ended = [w for w in decisions.released_claims if w not in made and w not in admitted]
+    written = 0
+    if ended:
+        names = [wid.partition("/") for wid in ended]
+        rows = conn.execute(
+            _CLEAR_CLAIMS,
+            {"ns": [ns for ns, _, _ in names], "names": [name for _, _, name in names]},
+        ).all()
+        for r in rows:
+            versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
+        written += len(rows)
+    if made:
+        names = [wid.partition("/") for wid in made]
+        rows = conn.execute(
+            _SET_CLAIMS,
+            {
+                "ns": [ns for ns, _, _ in names],
+                "names": [name for _, _, name in names],
+                "claims": [json.dumps(codec.claim_json(c)) for c in made.values()],
+            },
+        ).all()
+        got = {WorkloadId(f"{r.namespace}/{r.name}"): r.version for r in rows}
+        missing = [wid for wid in made if wid not in got]
+        if missing:
+            raise StateConflict("claim room for", missing)
+        versions.update(got)
+        written += len(rows)
+    return written
 
 
 def _admit(

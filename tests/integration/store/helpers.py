@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlalchemy import Engine
 
 from queuemgr.core.model import (
@@ -14,6 +16,8 @@ from queuemgr.core.model import (
     Node,
     NodeName,
     PodSet,
+    PreemptionPolicy,
+    ReclaimWithinCohort,
     ResourceFlavor,
     Taint,
     TaintEffect,
@@ -89,3 +93,43 @@ def gang(
             ),
         ),
     )
+
+
+# A cohort for preemption: ``owner`` lends its idle quota (all of one node) and
+# reclaims it by preemption; ``borrower`` has none of its own; ``solo`` is in no
+# cohort (it can take the node when free, but never preempts for it).
+_ALL_OF_A_NODE = {GPU: 8, CPU: 96_000, MEM: TI}
+OWNER = ClusterQueue(
+    name=ClusterQueueName("owner"),
+    cohort=CohortName("lenders"),
+    preemption=PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY),
+    flavors=(FlavorQuota(flavor=FlavorName("h100"), nominal=_ALL_OF_A_NODE),),
+)
+BORROWER = ClusterQueue(
+    name=ClusterQueueName("borrower"),
+    cohort=CohortName("lenders"),
+    flavors=(FlavorQuota(flavor=FlavorName("h100"), nominal={GPU: 0, CPU: 0, MEM: 0}),),
+)
+SOLO = ClusterQueue(
+    name=ClusterQueueName("solo"),
+    flavors=(FlavorQuota(flavor=FlavorName("h100"), nominal=_ALL_OF_A_NODE),),
+)
+
+
+def seed_lenders(engine: Engine, actor: str = "test:admin") -> None:
+    """One 8-GPU node (``node-0``) and the OWNER, BORROWER and SOLO queues.
+
+    Each ClusterQueue is fed by LocalQueue ``default`` of the namespace of its name.
+    """
+    with engine.begin() as conn:
+        upsert_flavor(conn, H100, actor=actor)
+        upsert_node(conn, NODES[0], actor=actor)
+        for cq in (OWNER, BORROWER, SOLO):
+            upsert_cluster_queue(conn, cq, actor=actor)
+            lq = LocalQueue(namespace=cq.name, name="default", cluster_queue=cq.name)
+            upsert_local_queue(conn, lq, actor=actor)
+
+
+def job(ns: str, name: str, created_at: float, priority: int = 0) -> Workload:
+    """A one-pod gang of a whole node in namespace ``ns`` (LocalQueue ``default``)."""
+    return dataclasses.replace(gang(name, created_at=created_at), namespace=ns, priority=priority)

@@ -11,7 +11,15 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from queuemgr.core.cycle import schedule
-from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, Ordering, QueueingStrategy
+from queuemgr.core.model import (
+    ClusterQueueName,
+    Cohort,
+    CohortName,
+    Ordering,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+)
 from queuemgr.store.config import (
     load_config,
     retire_nodes,
@@ -103,6 +111,27 @@ def test_every_change_is_audited_with_before_after_and_role(engine: Engine) -> N
     assert len(_audit(engine)) == 7
     with engine.connect() as conn:
         assert load_config(conn)[0].cluster_queues[bigger.name] == bigger
+
+
+def test_preemption_min_runtime_round_trips_and_is_audited(engine: Engine) -> None:
+    seed_config(engine)
+    protected = dataclasses.replace(
+        CQ,
+        preemption=PreemptionPolicy(
+            reclaim_within_cohort=ReclaimWithinCohort.ANY, min_runtime=1800.5
+        ),
+    )
+    with engine.begin() as conn:
+        assert upsert_cluster_queue(conn, protected, actor="os:bob")
+        assert not upsert_cluster_queue(conn, protected, actor="os:bob")  # no change, no row
+    with engine.connect() as conn:
+        loaded = load_config(conn)[0].cluster_queues[CQ.name]
+    assert loaded == protected and loaded.preemption.min_runtime == 1800.5
+    last = _audit(engine)[-1]
+    assert (last.action, last.object_name) == ("update", "team-a")
+    assert last.before["preemption_min_runtime"] == 0
+    assert last.after["preemption_min_runtime"] == 1800.5
+    assert last.after["reclaim_within_cohort"] == "Any"
 
 
 def test_a_failed_change_leaves_no_audit_row(engine: Engine) -> None:

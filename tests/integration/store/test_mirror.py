@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
+from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_cluster_queue
 from queuemgr.store.mirror import StateMirror
@@ -44,8 +45,19 @@ def _same(mirrored: StoredState, loaded: StoredState) -> None:
     assert dict(mirrored.statuses) == dict(loaded.statuses)
     assert mirrored.stopped == loaded.stopped
     assert dict(mirrored.config.cluster_queues) == dict(loaded.config.cluster_queues)
+
+    def used(snapshot: Snapshot) -> dict[object, object]:
+        # The cache keeps a queue's usage at zero once its last workload left;
+        # build_snapshot has no entry for it. The same usage to a cycle.
+        return {
+            (cq, flavor): {r: v for r, v in vec.items() if v}
+            for cq, flavors in snapshot.usage.items()
+            for flavor, vec in flavors.items()
+            if any(vec.values())
+        }
+
     ms, ls = mirrored.snapshot(), loaded.snapshot()
-    assert ms.usage == ls.usage
+    assert used(ms) == used(ls)
     assert ms.node_free == ls.node_free
     assert {cq: [w.id for w in q] for cq, q in ms.pending.items()} == {
         cq: [w.id for w in q] for cq, q in ls.pending.items()
