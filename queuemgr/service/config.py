@@ -8,7 +8,9 @@ docs/operations.md; change both together.
 What must stay true: every value is checked before anything starts, and a bad
 one raises :class:`ConfigError` naming the YAML key or the environment
 variable (the CLI exits 2 with it); unknown keys are errors, never ignored.
-The service always admits a preemptor only after its victims stopped.
+The service always admits a preemptor only after its victims stopped, and
+waits for the real pods to stop (``victim_stop_delay``, the simulator's
+stand-in for that wait, must stay 0).
 """
 
 from __future__ import annotations
@@ -63,11 +65,7 @@ class ServiceConfig:
     http_port: int = 8080
     replica: str = field(default_factory=_default_replica)
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
-    policy: SchedulerPolicy = field(
-        default_factory=lambda: SchedulerPolicy(
-            preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP
-        )
-    )
+    policy: SchedulerPolicy = field(default_factory=SchedulerPolicy)
     webhook: WebhookConfig = field(default_factory=WebhookConfig)  # the `webhook:` section
 
 
@@ -151,5 +149,12 @@ def _field(key: str, value: object, where: str, base: Path) -> dict[str, object]
                 f"scheduler.preemptor_admission: the service needs {after!r} (a preemptor "
                 f"starts only once its victims stopped), got {knobs['preemptor_admission']!r}"
             )
-        return {"policy": parse_policy(knobs, "scheduler")}
+        policy = parse_policy(knobs, "scheduler")
+        if policy.victim_stop_delay:
+            raise ConfigError(
+                f"scheduler.victim_stop_delay: only the simulator models how long victims "
+                f"take to stop; the service waits for their pods, so it must be 0, "
+                f"got {knobs['victim_stop_delay']!r}"
+            )
+        return {"policy": policy}
     raise ConfigError(f"{where}: unknown key")  # unreachable: keys are checked above

@@ -23,7 +23,9 @@ What must stay true:
   their admission, as the old leader did;
 - an evicted gang waits in ``Evicted`` with reason ``PodsReadyTimeout``,
   which the loop leaves alone (``store.notify.HELD_REASON``); it is requeued
-  here, once its pods are gone and its backoff is over.
+  here, once its pods are gone and its backoff is over, and is pending at
+  once then (the scheduler's requeue backoff is for preemptions; this
+  eviction does not count as one).
 """
 
 from __future__ import annotations
@@ -171,7 +173,15 @@ class PodsReadyCheck(Worker):
             else:
                 delay = self.settings.delay(count)
                 reason, message = HELD_REASON, f"{what}; requeue {count} in {delay:g}s"
-                evict(conn, WorkloadId(wid), now=now, reason=reason, message=message)
+                # Not a preemption: it waits out this backoff, not the scheduler's.
+                evict(
+                    conn,
+                    WorkloadId(wid),
+                    now=now,
+                    reason=reason,
+                    message=message,
+                    preempted=False,
+                )
                 notify(conn, "evicted")
         self.evictions += 1
         if reason == LIMIT_REASON:

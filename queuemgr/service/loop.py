@@ -6,17 +6,22 @@ Why it exists: this is the service. Each cycle (only on the leader):
 2. one consistent snapshot is loaded: ``store.mirror`` keeps the leader's
    copy of the live workloads and reads only the rows whose version moved;
 3. ``schedule(snapshot, now)`` decides, with the configured policy, whose
-   ``preemptor_admission`` is ``after_victims_stop``: a preemptor is admitted
-   in a later cycle, once its victims' pods are gone;
-4. every decision of the cycle (admissions, pending reasons, evictions) is
-   committed in ONE fenced transaction; a lost leader commits nothing;
+   ``preemptor_admission`` is ``after_victims_stop``: a preemptor claims the
+   room its victims free (core.claims) and is admitted there in a later
+   cycle, once its victims' pods are gone (they are ``stopping`` while
+   Evicted); the snapshot carries the stored claims, so a new leader holds
+   them too, and leaves out workloads still backing off after a preemption;
+4. every decision of the cycle (admissions, pending reasons, claims made and
+   ended, evictions) is committed in ONE fenced transaction; a lost leader
+   commits nothing;
 5. only then are the decisions applied to the backend (stop victims, start
    admitted gangs), retried with backoff until they succeed; stopped victims
-   are requeued, which wakes the next cycle for their preemptor.
+   are requeued, with the policy's requeue backoff, which wakes the next
+   cycle for their preemptor.
 
-It runs when woken (a NOTIFY, a finish the backend expects, a new leadership)
-and on the periodic safety cycle, which also samples usage and stops gangs
-past their ``max_runtime``.
+It runs when woken (a NOTIFY, a finish the backend expects, the end of a
+requeue backoff, a new leadership) and on the periodic safety cycle, which
+also samples usage and stops gangs past their ``max_runtime``.
 
 What must stay true: nothing reaches the backend before it is committed, so a
 crash between the two steps loses nothing (a new leader re-starts admitted
@@ -59,7 +64,8 @@ from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usag
 from queuemgr.store.workloads import Persisted, StateConflict, persist_decisions
 
 log = logging.getLogger(__name__)
-SERVICE_POLICY = SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP)
+# The default policy: what ``queuemgr simulate`` runs unless a scenario says otherwise.
+SERVICE_POLICY = SchedulerPolicy()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +124,8 @@ class SchedulerLoop:
     ) -> None:
         if policy.preemptor_admission is not PreemptorAdmission.AFTER_VICTIMS_STOP:
             raise ValueError("the service admits a preemptor only after its victims stopped")
+        if policy.victim_stop_delay:
+            raise ValueError("victim_stop_delay is the simulator's: the service waits for pods")
         self._engine = engine
         self._backend = backend
         self._clock = clock
@@ -140,6 +148,7 @@ class SchedulerLoop:
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
         )
+        self._next_requeue: float | None = None  # when the first backoff ends
         self._thread: threading.Thread | None = None
         self.cycles = 0
         self.last_error: str | None = None
@@ -164,7 +173,8 @@ class SchedulerLoop:
         phases = _Phases()
         finished = self._record_finished(now)
         phases.done("finish")
-        state = self._mirror.refresh(self._engine)
+        state = self._mirror.refresh(self._engine, now=now)
+        self._next_requeue = state.next_requeue()
         self._usage.advance(now)
         held = self._mirror.held_by_queue()  # what _held_by_queue(state.admitted) gives
         self._usage.set_held(held)
@@ -308,12 +318,20 @@ class SchedulerLoop:
         return self._retry(token, partial(self._backend.start, admitted))
 
     def _requeue(self, token: LeaderToken, wid: WorkloadId) -> None:
+        """Its pods are gone: Pending again, after the policy's backoff for its evictions."""
         try:
             with self._engine.begin() as conn:
                 fence(conn, token)
-                requeue_workload(conn, wid, now=self._clock.now())
+                until = requeue_workload(
+                    conn, wid, now=self._clock.now(), backoff=self._policy.requeue_delay
+                )
         except StateConflict:
             log.info("victim %s was no longer evicted", wid)
+            return
+        if until is not None:
+            log.info("victim %s requeued; it backs off until %.3f", wid, until)
+            nxt = self._next_requeue
+            self._next_requeue = until if nxt is None else min(nxt, until)
 
     def _retry(self, token: LeaderToken, action: Callable[[], None]) -> bool:
         """Run ``action`` until it succeeds; give up only when stopping or no longer leading."""
@@ -334,7 +352,7 @@ class SchedulerLoop:
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
-        state = self._mirror.refresh(self._engine)
+        state = self._mirror.refresh(self._engine, now=self._clock.now())
         running = self._backend.running()
         for a in state.admitted:
             if a.workload.id not in running:
@@ -408,9 +426,10 @@ class SchedulerLoop:
                 self._wake.set()
 
     def _timeout(self) -> float:
-        # Sleep until the backend's next expected finish, else until the safety job wakes us.
-        nxt = self._backend.next_finish()
+        # Sleep until the backend's next expected finish or the first requeue backoff's
+        # end, else until the safety job wakes us.
+        due = [t for t in (self._backend.next_finish(), self._next_requeue) if t is not None]
         cap = max(self._safety_interval, 1.0) * 2
-        if nxt is None:
+        if not due:
             return cap
-        return min(cap, max(0.0, nxt - self._clock.now()) + 0.001)
+        return min(cap, max(0.0, min(due) - self._clock.now()) + 0.001)

@@ -13,7 +13,7 @@ from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.fakes import FakeBackend
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
-from queuemgr.service.ports import SystemClock
+from queuemgr.service.ports import Clock, SystemClock
 
 
 def make_loop(
@@ -22,6 +22,7 @@ def make_loop(
     replica: str = "a",
     safety_interval: float = 30.0,
     policy: SchedulerPolicy = SERVICE_POLICY,
+    clock: Clock | None = None,
 ) -> tuple[SchedulerLoop, LeaderElector, FakeBackend]:
     metrics = SchedulerMetrics()
     backend = FakeBackend()
@@ -29,7 +30,7 @@ def make_loop(
     loop = SchedulerLoop(
         engine=engine,
         backend=backend,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         elector=elector,
         metrics=metrics,
         safety_interval=safety_interval,

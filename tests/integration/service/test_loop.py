@@ -11,12 +11,14 @@ from sqlalchemy import Engine
 
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering
+from queuemgr.service.fakes import FakeClock
 from queuemgr.service.loop import SERVICE_POLICY
+from queuemgr.store import codec
 from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.notify import finish_workload, submit_workload
 from queuemgr.store.transitions import evict
 from tests.integration.service.helpers import make_loop, placements, states
-from tests.integration.store.helpers import CQ, GPU, gang, seed_config
+from tests.integration.store.helpers import CQ, GPU, gang, job, seed_config, seed_lenders
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +217,128 @@ def test_the_eta_error_is_observed_when_a_waiting_gang_starts(engine: Engine) ->
         assert error is not None and 55 <= error <= 60  # it started ~60 s early
     finally:
         elector.stop()
+
+
+# -- stable preemption: claims in the store, requeue backoff --------------------------
+
+T0 = 1_700_001_000.0
+
+
+def _row(engine: Engine, ns: str, name: str) -> sa.RowMapping:
+    with engine.connect() as conn:
+        return (
+            conn.execute(
+                sa.text(
+                    "SELECT state::text AS state, reason, message, claim, evictions, requeue_at"
+                    " FROM workloads WHERE namespace = :ns AND name = :name"
+                ),
+                {"ns": ns, "name": name},
+            )
+            .mappings()
+            .one()
+        )
+
+
+def _nodes_of(engine: Engine, name: str) -> set[str]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT p.node FROM placements p JOIN workloads w ON w.id = p.workload_id"
+                " WHERE w.name = :name"
+            ),
+            {"name": name},
+        )
+        return {r.node for r in rows}
+
+
+def test_a_claim_survives_a_failover_and_its_room_goes_to_its_preemptor(engine: Engine) -> None:
+    # The borrower's x0 runs on the only node. Then solo's s (higher priority, first in
+    # any cycle's order) and owner's mine queue: s does not fit, mine reclaims the node
+    # from x0. The leader commits the eviction and dies before it stops x0. The next
+    # leader stops and requeues x0 and must give the freed node to mine, the claimant,
+    # not to s, which comes first in the order and fits it as well.
+    seed_lenders(engine)
+    clock = FakeClock(T0)
+    with engine.begin() as conn:
+        submit_workload(conn, job("borrower", "x0", T0 - 30))
+    first, elector, _ = make_loop(engine, replica="a", clock=clock)
+    assert elector.step()
+    try:
+        first.run_once()
+        assert states(engine) == {"x0": "Admitted"}
+        with engine.begin() as conn:
+            submit_workload(conn, job("solo", "s", T0 - 20, priority=10))
+            submit_workload(conn, job("owner", "mine", T0 - 10))
+        clock.advance(1)
+        first._apply = lambda *args, **kwargs: None  # type: ignore[method-assign]  # dies here
+        report = first.run_once()
+        assert report is not None and report.evicted == ("borrower/x0",)
+    finally:
+        elector.stop()
+    assert states(engine) == {"x0": "Evicted", "s": "Pending", "mine": "Pending"}
+    claim = _row(engine, "owner", "mine")["claim"]
+    assert claim["victims"] == ["borrower/x0"] and claim["flavor"] == "h100"
+    assert [p["node"] for p in claim["placements"]] == ["node-0"]
+    assert _row(engine, "borrower", "x0")["evictions"] == 1
+
+    clock.advance(1)
+    second, elector, backend = make_loop(engine, replica="b", clock=clock)
+    assert elector.step()
+    try:
+        report = second.run_once()  # adopts: stops and requeues x0, then the cycle
+        assert report is not None and report.admitted == ("owner/mine",)
+        for _ in range(2):  # later cycles do not hand the room over either
+            clock.advance(1)
+            second.run_once()
+    finally:
+        elector.stop()
+    assert states(engine) == {"x0": "Pending", "s": "Pending", "mine": "Admitted"}
+    assert _nodes_of(engine, "mine") == {"node-0"}
+    assert _row(engine, "owner", "mine")["claim"] is None  # its admission ended it
+    assert backend.stop_calls["borrower/x0"] == 1 and backend.start_calls["owner/mine"] == 1
+
+
+def test_a_victim_is_requeued_with_backoff_and_not_admitted_before_it_ends(
+    engine: Engine,
+) -> None:
+    seed_lenders(engine)
+    clock = FakeClock(T0)
+    with engine.begin() as conn:
+        submit_workload(conn, job("borrower", "x0", T0 - 30))
+    loop, elector, backend = make_loop(engine, clock=clock)
+    assert elector.step()
+    try:
+        loop.run_once()
+        with engine.begin() as conn:
+            submit_workload(conn, job("owner", "mine", T0 - 10))
+        report = loop.run_once()  # evicts x0 for mine; stops and requeues x0
+        assert report is not None and report.evicted == ("borrower/x0",)
+        x0 = _row(engine, "borrower", "x0")
+        assert (x0["state"], x0["reason"], x0["evictions"]) == ("Pending", "Requeued", 1)
+        # The first eviction's backoff: requeue_backoff_base, from its requeue.
+        until = T0 + SERVICE_POLICY.requeue_delay(1)
+        assert x0["requeue_at"].timestamp() == pytest.approx(until)
+        assert "backs off until" in x0["message"]
+        assert codec.timestamp(until).isoformat() in x0["message"]
+        report = loop.run_once()
+        assert report is not None and report.admitted == ("owner/mine",)
+
+        backend.finish(WorkloadId("owner/mine"))  # the room is free again, x0 fits it
+        clock.advance(1)
+        report = loop.run_once()
+        assert report is not None and report.finished == ("owner/mine",)
+        assert report.admitted == () and report.pending == 0  # x0 backs off: not pending
+        assert states(engine)["x0"] == "Pending"
+        # The loop sleeps until then, not for a whole safety interval.
+        assert loop._timeout() == pytest.approx(until - clock.now(), abs=0.01)
+
+        clock.advance(until - clock.now() - 0.5)
+        report = loop.run_once()
+        assert report is not None and report.admitted == ()
+        clock.advance(0.5)
+        report = loop.run_once()
+        assert report is not None and report.admitted == ("borrower/x0",)
+    finally:
+        elector.stop()
+    x0 = _row(engine, "borrower", "x0")
+    assert (x0["state"], x0["evictions"], x0["requeue_at"]) == ("Admitted", 1, None)
