@@ -54,6 +54,8 @@ def _seed_cluster(engine: Engine, config: ServiceConfig) -> list[Node]:
             store_config.upsert_flavor(conn, f, actor=actor)
         for n in cluster.nodes.values():
             store_config.upsert_node(conn, n, actor=actor)
+        for c in cluster.cohorts.values():  # fair sharing and ordering, as `apply` writes them
+            store_config.upsert_cohort(conn, c, actor=actor)
         for cq in cluster.cluster_queues.values():
             store_config.upsert_cluster_queue(conn, cq, actor=actor)
         for lq in cluster.local_queues.values():

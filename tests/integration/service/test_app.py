@@ -14,8 +14,11 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from queuemgr.cli.main import main
-from queuemgr.service.app import Service
+from queuemgr.core.model import CohortName
+from queuemgr.service.app import Service, _seed_cluster
 from queuemgr.service.config import ConfigError, load_config
+from queuemgr.service.simulated import load_cluster_file
+from queuemgr.store.config import load_config as load_store_config
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.notify import submit_workload
 from tests.integration.service.helpers import states, wait_for
@@ -121,3 +124,20 @@ def test_a_bad_value_names_its_key(
         load_config(path, env=env)
     result = CliRunner().invoke(main, ["serve", "--config", str(path)], env=env)
     assert result.exit_code == 2 and named in result.output
+
+
+def test_the_cluster_files_cohorts_keep_their_settings(
+    tmp_path: Path, database_url: str, engine: Engine
+) -> None:
+    # `serve --cluster FILE` upserts the file's objects as `apply` would: a cohort's
+    # fair sharing and ordering too (they were lost: serve then decided unlike simulate).
+    cluster = CLUSTER.replace("  - name: team-a\n", "  - name: team-a\n    cohort: research\n")
+    cluster += "cohorts:\n  - {name: research, fair_sharing: true, ordering: usage}\n"
+    (tmp_path / "cluster.yaml").write_text(cluster)
+    (tmp_path / "serve.yaml").write_text("cluster_file: cluster.yaml\n")
+    config = load_config(tmp_path / "serve.yaml", env={"QUEUEMGR_DATABASE_URL": database_url})
+    _seed_cluster(engine, config)  # what Service() does first
+    with engine.connect() as conn:
+        stored = load_store_config(conn)[0]
+    assert stored.cohorts == load_cluster_file(tmp_path / "cluster.yaml").cohorts
+    assert stored.cohorts[CohortName("research")].fair_sharing
