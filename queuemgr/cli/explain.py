@@ -10,6 +10,9 @@ snapshot is loaded in one REPEATABLE READ transaction (``load_state``); the
 policy is the one the last elected leader recorded (``scheduler_settings``),
 else the default, and ordering by usage reads the saved decayed usage, so the
 answer is the leader's; the document follows the ``why`` schema of docs/cli.md.
+A preemptor's claim (the room its victims free, kept in the store) is shown
+with its victims and which of them still run (evicted, not requeued yet); a
+workload backing off after a preemption says until when, and after how many.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sqlalchemy import Engine
 
 from queuemgr.cli.output import duration, print_fields
 from queuemgr.core import schedule
+from queuemgr.core.claims import Claim
 from queuemgr.core.fairshare import decayed
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
@@ -36,6 +40,10 @@ from queuemgr.store.usage import load_queue_usage
 AHEAD = 5  # how many workloads ahead are listed; the count is always complete
 
 NO_ETA_INADMISSIBLE = "it could not start even on an idle cluster"
+NO_ETA_PREEMPTING = (
+    "it starts on the room it claimed in the first cycle after its victims' pods have "
+    "stopped, and how long they take to stop is the cluster's to tell"
+)
 NO_ETA_UNDECLARED = (
     "it fits only once workloads without a declared max runtime have ended, "
     "and nobody knows when that is"
@@ -61,6 +69,57 @@ def _policy(engine: Engine, now: float) -> tuple[SchedulerPolicy, dict[str, Any]
     return policy, {**record, "knobs": policy_knobs(policy)}, usage
 
 
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat()
+
+
+def _claim_doc(claim: Claim, stopping: frozenset[WorkloadId], *, stored: bool) -> dict[str, Any]:
+    """A claim as ``why`` shows it; one not stored yet is the next cycle's to make."""
+    victims = list(claim.victims)
+    return {
+        "flavor": claim.admission.flavor,
+        "nodes": sorted({p.node for p in claim.admission.placements}),
+        "victims": victims,
+        # Evicted, not requeued yet: their pods may still run. A claim the next
+        # cycle would make has its victims all running still.
+        "still_running": [v for v in victims if v in stopping] if stored else victims,
+        "made_at": _iso(claim.made_at) if stored else None,
+    }
+
+
+def _claim_message(c: dict[str, Any]) -> str:
+    nodes, victims = ", ".join(c["nodes"]), ", ".join(c["victims"])
+    if c["made_at"] is None:
+        return (
+            f"the next cycle preempts {victims} and claims {nodes} on flavor {c['flavor']} "
+            "for it; it starts there once they have stopped"
+        )
+    running = c["still_running"]
+    left = (
+        f"still running (evicted, not requeued yet): {', '.join(running)}"
+        if running
+        else "all have stopped"
+    )
+    return (
+        f"claims {nodes} on flavor {c['flavor']} since {c['made_at']}, freed by preempting "
+        f"{victims}; {left}"
+    )
+
+
+def _backoff_doc(workload: dict[str, Any], until: float, now: float) -> dict[str, Any]:
+    evictions = int(workload.get("evictions") or 0)
+    times = "once" if evictions == 1 else f"{evictions} times"
+    return {
+        "until": _iso(until),
+        "in_s": max(until - now, 0.0),
+        "evictions": evictions,
+        "message": (
+            f"preempted {times}: backs off until {_iso(until)} "
+            f"(in {duration(max(until - now, 0.0))}), then queues again"
+        ),
+    }
+
+
 def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
     doc: dict[str, Any] = {
         "workload": wid,
@@ -76,6 +135,8 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         "ahead": [],
         "ahead_count": 0,
         "frees_up": None,
+        "claim": None,
+        "backoff": None,
         "scheduler": None,
         "evaluated_at": datetime.fromtimestamp(now, UTC).isoformat(),
     }
@@ -87,8 +148,18 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
                 + (" (borrowing cohort quota)" if workload["borrowing"] else "")
             )
         return doc
-    state = load_state(engine)
+    state = load_state(engine, now=now)
     config = state.config
+    until = state.backing_off.get(wid)
+    if until is not None:
+        backoff = _backoff_doc(workload, until, now)
+        doc.update(
+            reason="BackingOff",
+            message=backoff["message"],
+            backoff=backoff,
+            eta_reason=f"it backs off until {backoff['until']}; no cycle tries it before",
+        )
+        return doc
     if not any(p.id == wid for p in state.pending):
         # load_state withholds the pending workloads of a stopped ClusterQueue.
         ns = wid.partition("/")[0]
@@ -104,6 +175,11 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
     policy, doc["scheduler"], usage = _policy(engine, now)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
     decisions = schedule(snapshot, now)
+    stored = state.claims.get(wid)
+    if wid in decisions.released_claims:
+        stored = None  # the claimed room is gone: it queues as any other
+    if stored is not None:
+        doc["claim"] = _claim_doc(stored, state.stopping, stored=True)
     admitted = list(decisions.admitted)
     mine = next((a for a in admitted if a.workload.id == wid), None)
     if mine is not None:
@@ -113,6 +189,7 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
             message=(
                 f"fits now: the next scheduling cycle admits it on flavor {mine.admission.flavor}"
                 + (" (borrowing)" if mine.admission.borrowing else "")
+                + (", on the room it claimed" if stored is not None else "")
             ),
             eta=doc["evaluated_at"],
             eta_in_s=0.0,
@@ -126,9 +203,16 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         position_in_local_queue=st.position_in_local_queue,
         position_in_cluster_queue=st.position_in_cluster_queue,
     )
+    made = next((c for c in decisions.claims if c.workload.id == wid), None)
+    if made is not None and stored is None:
+        doc["claim"] = _claim_doc(made, state.stopping, stored=False)
+    if st.reason is PendingReason.PREEMPTING and doc["claim"] is not None:
+        doc["message"] = _claim_message(doc["claim"])
     if st.eta is not None:
         doc["eta"] = datetime.fromtimestamp(st.eta, UTC).isoformat()
         doc["eta_in_s"] = max(st.eta - now, 0.0)
+    elif st.reason is PendingReason.PREEMPTING:
+        doc["eta_reason"] = NO_ETA_PREEMPTING
     elif st.reason is PendingReason.INADMISSIBLE:
         doc["eta_reason"] = NO_ETA_INADMISSIBLE
     else:
@@ -230,6 +314,21 @@ def print_why(d: dict[str, Any]) -> None:
         pairs.append(("ETA", f"none: {d['eta_reason']}"))
     if d["frees_up"] is not None:
         pairs.append(("Frees up", d["frees_up"]["message"]))
+    claim = d.get("claim")
+    if claim is not None:
+        running = ", ".join(claim["still_running"]) or "none"
+        pairs.append(
+            (
+                "Claim",
+                f"{', '.join(claim['nodes'])} on {claim['flavor']}, freed by preempting "
+                f"{', '.join(claim['victims'])} (still running: {running})",
+            )
+        )
+    backoff = d.get("backoff")
+    if backoff is not None:
+        pairs.append(
+            ("Backoff", f"until {backoff['until']}, after {backoff['evictions']} eviction(s)")
+        )
     print_fields(pairs)
     if d["ahead"]:
         click.echo(f"Ahead of it ({d['ahead_count']}):")

@@ -31,6 +31,8 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.snapshot import Config
 from queuemgr.sim import yamlcheck as y
+from queuemgr.sim.knobs import parse_duration
+from queuemgr.sim.yamlcheck import InputError
 
 
 def namespace(ns: str | None) -> str:
@@ -65,6 +67,12 @@ CQ_OPTIONS = [
         "--reclaim-within-cohort",
         default=None,
         type=click.Choice([p.value for p in ReclaimWithinCohort]),
+    ),
+    click.option(
+        "--min-runtime",
+        default=None,
+        metavar="DURATION",
+        help="Seconds (or 90m, 2h, 0 for none) a run is safe from reclaim and fair sharing.",
     ),
     click.option(
         "--ordering",
@@ -103,7 +111,7 @@ def cluster_queue_from_flags(
         changes["namespaces"] = frozenset(check_name(n, "--namespace") for n in f["namespaces"])
     if f["any_namespace"]:
         changes["namespaces"] = None
-    if f["within_cluster_queue"] or f["reclaim_within_cohort"]:
+    if f["within_cluster_queue"] or f["reclaim_within_cohort"] or f["min_runtime"] is not None:
         p = cq.preemption
         changes["preemption"] = PreemptionPolicy(
             within_cluster_queue=WithinClusterQueue(
@@ -112,6 +120,7 @@ def cluster_queue_from_flags(
             reclaim_within_cohort=ReclaimWithinCohort(
                 f["reclaim_within_cohort"] or p.reclaim_within_cohort.value
             ),
+            min_runtime=p.min_runtime if f["min_runtime"] is None else _duration(f["min_runtime"]),
         )
     if f["ordering"] is not None:
         changes["ordering"] = None if f["ordering"] == INHERIT else Ordering(f["ordering"])
@@ -121,6 +130,13 @@ def cluster_queue_from_flags(
     if new.cohort is None and any(q.borrowing_limit or q.lending_limit for q in new.flavors):
         raise BadInput("--no-cohort: the queue has borrowing or lending limits; remove them first")
     return new
+
+
+def _duration(raw: str) -> float:
+    try:
+        return parse_duration(_number(raw), "--min-runtime", zero=True)
+    except InputError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _number(raw: str) -> object:

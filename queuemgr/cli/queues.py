@@ -20,7 +20,7 @@ import click
 from queuemgr.cli import flags
 from queuemgr.cli.common import engine, namespace_option
 from queuemgr.cli.errors import CliError, handled, not_found
-from queuemgr.cli.output import emit, output_option, print_fields, print_table, vec
+from queuemgr.cli.output import duration, emit, output_option, print_fields, print_table, vec
 from queuemgr.cli.views import cq_doc, load_view, lq_doc, nominal_total
 from queuemgr.core.model import ClusterQueueName, LocalQueue
 from queuemgr.store import admin
@@ -170,7 +170,12 @@ def _cq_describe(d: dict[str, Any]) -> None:
             ("Namespaces", ", ".join(d["namespaces"]) if d["namespaces"] is not None else "any"),
             (
                 "Preemption",
-                f"within={d['within_cluster_queue']} reclaim={d['reclaim_within_cohort']}",
+                f"within={d['within_cluster_queue']} reclaim={d['reclaim_within_cohort']}"
+                + (
+                    f" min-runtime={duration(d['preemption_min_runtime'])}"
+                    if d.get("preemption_min_runtime")
+                    else ""
+                ),
             ),
             ("Status", "stopped" if d["stopped"] else "active"),
             ("Pending", d["pending"]),

@@ -153,6 +153,8 @@ def workload_doc(info: WorkloadInfo) -> dict[str, Any]:
         "max_runtime_s": r["max_runtime"],
         "flavor": r["flavor"],
         "borrowing": r["borrowing"],
+        "evictions": r["evictions"],
+        "requeue_at": iso(r["requeue_at"]),
         "pod_sets": [
             {"name": p["name"], "count": p["count"], "requests": p["requests"]}
             for p in info.pod_sets

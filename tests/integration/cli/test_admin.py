@@ -168,6 +168,32 @@ def test_orderings_from_the_command_line(cli: Invoke, applied: Path) -> None:
     assert bad.exit_code == 2 and "--ordering" in bad.output
 
 
+def test_preemption_min_runtime_from_the_command_line(cli: Invoke, applied: Path) -> None:
+    create = ("cq", "create", "team-c", "--nominal", "h100:nvidia.com/gpu=8")
+    assert cli(*create, "--min-runtime", "90m").exit_code == 0
+    doc = json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)
+    assert doc["preemption_min_runtime"] == 5400
+    assert "min-runtime=1h30m" in cli("cq", "describe", "team-c").stdout
+    # Another preemption flag keeps it; its own flag changes it; 0 turns it off.
+    assert cli("cq", "edit", "team-c", "--reclaim-within-cohort", "Any").exit_code == 0
+    doc = json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)
+    assert (doc["preemption_min_runtime"], doc["reclaim_within_cohort"]) == (5400, "Any")
+    assert cli("cq", "edit", "team-c", "--min-runtime", "600").exit_code == 0
+    assert (
+        json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)["preemption_min_runtime"]
+        == 600
+    )
+    assert cli("cq", "edit", "team-c", "--min-runtime", "0").exit_code == 0
+    assert "min-runtime" not in cli("cq", "describe", "team-c").stdout
+    bad = cli("cq", "edit", "team-c", "--min-runtime", "soon")
+    assert bad.exit_code == 2 and "--min-runtime" in bad.output and "soon" in bad.output
+    no_traceback(bad)
+    history = cli("audit", "--object", "clusterqueue/team-c", "-o", "json")
+    assert history.exit_code == 0, history.output
+    afters = [e["after"]["preemption_min_runtime"] for e in json.loads(history.stdout)["entries"]]
+    assert afters == [0, 600, 5400, 5400]  # newest first
+
+
 def test_hostile_names_are_data_not_sql(cli: Invoke, applied: Path) -> None:
     hostile = "x'; DROP TABLE workloads; --\u00e9" + "z" * 10_000
     r = cli("cq", "describe", hostile)

@@ -107,3 +107,27 @@ def test_a_bad_file_exits_2_naming_the_path(
     assert path in result.output and str(bad) in result.output
     no_traceback(result)
     assert _audit_rows(engine) == 0
+
+
+def test_apply_sets_the_preemption_min_runtime_and_audits_it(
+    cli: Invoke, queues_file: Path, engine: Engine, tmp_path: Path
+) -> None:
+    assert cli("apply", "-f", str(queues_file)).exit_code == 0
+    before = _audit_rows(engine)
+    protected = tmp_path / "protected.yaml"
+    protected.write_text(
+        QUEUES.replace(
+            "  - name: team-a\n    cohort: research\n",
+            "  - name: team-a\n    cohort: research\n"
+            "    preemption: {reclaim_within_cohort: Any, min_runtime: 2h}\n",
+        )
+    )
+    r = cli("apply", "-f", str(protected), "-o", "json")
+    assert r.exit_code == 0, r.output
+    (change,) = json.loads(r.stdout)["changes"]
+    assert change["name"] == "team-a"
+    assert change["fields"]["preemption_min_runtime"] == {"before": 0, "after": 7200}
+    assert _audit_rows(engine) == before + 1
+    shown = json.loads(cli("cq", "describe", "team-a", "-o", "json").stdout)
+    assert shown["preemption_min_runtime"] == 7200
+    assert json.loads(cli("apply", "-f", str(protected), "-o", "json").stdout)["changes"] == []

@@ -26,6 +26,8 @@ WHY_KEYS = {
     "ahead",
     "ahead_count",
     "frees_up",
+    "claim",
+    "backoff",
     "scheduler",
     "evaluated_at",
 }
@@ -46,6 +48,8 @@ WORKLOAD_KEYS = {
     "max_runtime_s",
     "flavor",
     "borrowing",
+    "evictions",
+    "requeue_at",
     "pod_sets",
     "placements",
 }

@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store.leadership import record_leader
+from queuemgr.store.notify import requeue_workload
 from tests.integration.cli.conftest import Invoke
-from tests.integration.service.helpers import run_one_cycle
+from tests.integration.service.helpers import make_loop, run_one_cycle
 
 pytestmark = pytest.mark.integration
 
@@ -185,9 +187,9 @@ CASES = [
             queued=(Job(ns="owner", name="mine"),),
             ask="owner/mine",
             reason="Preempting",
-            message=("preempted", "borrower/x"),
+            message=("the next cycle preempts borrower/x", "claims h100-"),
             policy=AFTER_VICTIMS,
-            eta=True,
+            eta=False,  # it starts once its victims' pods have stopped: eta_reason says so
         ),
         id="Preempting",
     ),
@@ -279,3 +281,57 @@ def test_why_says_what_must_free_up(cli: Invoke, engine: Engine, extra_queues: N
     assert re.search(ending, frees["message"]), frees["message"]
     assert "freeing 8 GPUs (it needs 8)" in frees["message"]
     assert 29 * 60 <= doc["eta_in_s"] <= 30 * 60
+
+
+def test_why_shows_a_claim_its_victims_and_then_the_victims_backoff(
+    cli: Invoke, engine: Engine, extra_queues: None
+) -> None:
+    for i in range(2):
+        _submit(cli, Job(ns="borrower", name=f"x{i}"))
+    run_one_cycle(engine)
+    _submit(cli, Job(ns="owner", name="mine"))
+    # A leader evicts a victim for owner/mine and commits the claim, but has not
+    # stopped the victim yet (as if it died right after its commit).
+    loop, elector, _ = make_loop(engine)
+    loop._apply = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    assert elector.step()
+    try:
+        report = loop.run_once()
+    finally:
+        elector.stop()
+    assert report is not None and len(report.evicted) == 1
+    victim = report.evicted[0]
+
+    doc = json.loads(cli("why", "mine", "-n", "owner", "-o", "json").output)
+    assert doc["reason"] == "Preempting", doc
+    assert doc["eta"] is None and "victims' pods have stopped" in doc["eta_reason"]
+    claim = doc["claim"]
+    assert claim["victims"] == [victim] and claim["still_running"] == [victim]
+    assert claim["flavor"] == "h100" and len(claim["nodes"]) == 1
+    assert claim["made_at"] is not None
+    assert f"still running (evicted, not requeued yet): {victim}" in doc["message"]
+    assert claim["nodes"][0] in doc["message"]
+    table = cli("why", "mine", "-n", "owner").output
+    assert "Claim:" in table and f"still running: {victim}" in table
+
+    now = time.time()
+    with engine.begin() as conn:  # its pods are gone: requeued, with the service's backoff
+        until = requeue_workload(
+            conn, WorkloadId(victim), now=now, backoff=SchedulerPolicy().requeue_delay
+        )
+    assert until == pytest.approx(now + 60)
+    doc = json.loads(cli("why", "mine", "-n", "owner", "-o", "json").output)
+    assert doc["reason"] == "Admissible" and "on the room it claimed" in doc["message"]
+    assert doc["claim"]["still_running"] == []
+
+    ns, _, name = victim.partition("/")
+    doc = json.loads(cli("why", name, "-n", ns, "-o", "json").output)
+    assert doc["reason"] == "BackingOff", doc
+    backoff = doc["backoff"]
+    assert backoff["evictions"] == 1 and 55 <= backoff["in_s"] <= 60
+    assert "preempted once: backs off until" in doc["message"]
+    assert doc["eta"] is None and backoff["until"] in doc["eta_reason"]
+    table = cli("why", name, "-n", ns).output
+    assert "BackingOff" in table and "after 1 eviction(s)" in table
+    status = json.loads(cli("status", name, "-n", ns, "-o", "json").output)
+    assert status["evictions"] == 1 and status["requeue_at"] is not None
