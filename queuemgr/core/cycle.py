@@ -25,8 +25,10 @@ The phases (after Kueue's ``pkg/scheduler``):
 
 Phases 4 and 5 run twice. The first pass takes only heads that fit their
 ClusterQueue's nominal quota (or fit no quota, and may preempt); a head that
-would borrow is set aside, shape and all, and its queue offers the next. The
-second pass takes the borrowers. So a cycle never lends room that in-nominal
+would borrow is set aside, shape and all, and its queue offers the next,
+unless a head set aside could preempt that one by priority (then it is set
+aside too, so the queue's priority order still holds). The second pass takes
+the borrowers. So a cycle never lends room that in-nominal
 demand takes back later in the same cycle, and a workload preempted before is
 not lent that room again while in-nominal demand of its cohort still waits.
 
@@ -69,7 +71,7 @@ from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, No
 from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
-from queuemgr.core.preemption import Preemptor, may_preempt
+from queuemgr.core.preemption import Preemptor, may_preempt, preempts_within
 from queuemgr.core.queues import Cursor
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
@@ -133,6 +135,8 @@ class _Cycle:
         self.decided: set[WorkloadId] = set()
         # (cohort, flavor) where in-nominal demand was left waiting in the first pass.
         self._waiting: set[tuple[CohortName, FlavorName]] = set()
+        # Heads the first pass set aside, per queue.
+        self._set_aside: dict[ClusterQueueName, list[Workload]] = {}
         # Verdicts of the heads actually tried; the rest of a failed shape's
         # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}
@@ -404,8 +408,9 @@ class _Cycle:
                 if head is not None:
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
-            if defer and key[0] == BORROWING:
+            if defer and (key[0] == BORROWING or self._would_preempt(cq, w)):
                 deferred.add(name)
+                self._set_aside.setdefault(name, []).append(w)
                 if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO:
                     continue  # nothing passes its head: the queue waits for the second pass
                 cur.defer_shape()
@@ -446,6 +451,16 @@ class _Cycle:
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))
         return deferred
+
+    def _would_preempt(self, cq: ClusterQueue, w: Workload) -> bool:
+        """Whether a head of ``cq`` set aside in the first pass may preempt ``w`` by priority.
+
+        Then ``w`` waits for the second pass too: admitted first, it would only be
+        evicted by that head in the next cycle, a priority inversion that ping-pongs.
+        """
+        rule = cq.preemption.within_cluster_queue
+        heads = self._set_aside.get(cq.name)
+        return bool(heads) and any(preempts_within(rule, w, head) for head in heads or ())
 
     def _note_waiting(self, cq: ClusterQueue, w: Workload) -> None:
         """Record in-nominal demand of ``cq``'s cohort left waiting for capacity."""

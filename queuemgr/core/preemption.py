@@ -122,7 +122,7 @@ class Preemptor:
                 continue
             v = a.workload
             if a.admission.cluster_queue == cq.name:
-                if _lower(within, v, w):
+                if preempts_within(within, v, w):
                     out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
             elif may_reclaim or fair:
                 peer = self._cqs.get(a.admission.cluster_queue)
@@ -249,7 +249,8 @@ class Preemptor:
         nodes(a.admission.placements, a.workload.pod_sets)
 
 
-def _lower(rule: WithinClusterQueue, victim: Workload, preemptor: Workload) -> bool:
+def preempts_within(rule: WithinClusterQueue, victim: Workload, preemptor: Workload) -> bool:
+    """Whether ``preemptor`` may evict ``victim`` of its own ClusterQueue under ``rule``."""
     if rule is WithinClusterQueue.NEVER:
         return False
     if victim.priority < preemptor.priority:

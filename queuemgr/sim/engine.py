@@ -160,6 +160,7 @@ class Engine:
         res = self.result
         arrivals, finishes, timers = self._arrivals, self._finishes, self._timers
         i = 0
+        self._drop_stale()
         while i < len(arrivals) or finishes or timers:
             now = min(
                 finishes[0][0] if finishes else float("inf"),
@@ -184,6 +185,7 @@ class Engine:
                 if not evicted or self.policy.victim_stop_delay > 0:
                     break
                 self._fire_timers(now)  # stopped at once: the next cycle follows
+            self._drop_stale()
         else:
             until = None  # ran out of events before the limit
         if until is not None:
@@ -200,6 +202,12 @@ class Engine:
         res.invariant_violations = self.checker.violations
         res.wall_time_s = time.perf_counter() - started
         return res
+
+    def _drop_stale(self) -> None:
+        """Forget the finishes of evicted runs: nothing happens then (nor in the service)."""
+        finishes = self._finishes
+        while finishes and self._finish_at.get(finishes[0][1]) != finishes[0][0]:
+            heapq.heappop(finishes)
 
     def _fire_timers(self, now: float) -> None:
         """Victims due to stop stop; those due back after their backoff queue again."""

@@ -131,3 +131,27 @@ def test_a_preempted_workload_does_not_borrow_while_in_nominal_demand_waits() ->
     assert "cohort c" in res.message("b/again")
     fresh = world.submit(make_workload("fresh").ns("b").gpus(8).at(2.0)).run(now=10.0)
     assert fresh.admitted_ids() == {"b/fresh"}
+
+
+@pytest.mark.parametrize(
+    ("within", "low_first"),
+    [
+        pytest.param("LowerPriority", False, id="a-head-that-may-preempt-keeps-its-turn"),
+        pytest.param("Never", True, id="one-that-may-not-lets-in-nominal-work-pass"),
+    ],
+)
+def test_the_first_pass_keeps_a_queues_priority_order(within: str, low_first: bool) -> None:
+    # q0 (nominal 8) may borrow q1's idle 8. `high` must borrow; `low` fits within nominal.
+    # Admitting `low` first would only have `high` evict it in the next cycle.
+    world = World().cq(
+        make_cq("q0").cohort("c").nominal(gpu=8, cpu="96").preempt(within=within),
+        make_cq("q1").cohort("c").nominal(gpu=8, cpu="96"),
+    )
+    world.node(make_nodes("n", 2))
+    world.submit(make_workload("high").ns("q0").gang(2).gpus(8).priority(2))
+    world.submit(make_workload("low").ns("q0").gpus(8).priority(0))
+    res = world.run(now=0.0)
+    assert res.order() == (["q0/low"] if low_first else ["q0/high"])
+    assert res.decisions.evicted == ()
+    if not low_first:
+        assert res.next().run(now=1.0).decisions.evicted == ()
