@@ -78,8 +78,15 @@ STABILITY = settings(
 ADMISSIONS = pytest.mark.parametrize(
     "admission",
     [
-        pytest.param(PreemptorAdmission.SAME_CYCLE, id="same-cycle"),
-        pytest.param(PreemptorAdmission.AFTER_VICTIMS_STOP, id="after-victims-stop"),
+        pytest.param(
+            SchedulerPolicy(preemptor_admission=PreemptorAdmission.SAME_CYCLE), id="same-cycle"
+        ),
+        pytest.param(
+            SchedulerPolicy(preemptor_admission=PreemptorAdmission.AFTER_VICTIMS_STOP),
+            id="after-victims-stop",
+        ),
+        # Victims that take a while to stop: cycles run while the claim is held.
+        pytest.param(SchedulerPolicy(victim_stop_delay=7.0), id="after-victims-stop-7s"),
     ],
 )
 RECLAIM = "InCohortReclamation"
@@ -270,9 +277,9 @@ class Trace:
         return "\n".join(lines)
 
 
-def simulate(spec: Spec, admission: PreemptorAdmission) -> Trace:
+def simulate(spec: Spec, admission: SchedulerPolicy) -> Trace:
     config, workloads = build(spec)
-    trace = run_world(config, workloads, SchedulerPolicy(preemptor_admission=admission))
+    trace = run_world(config, workloads, admission)
     n = len(trace.evictions())
     event(f"evictions: {'0' if n == 0 else '1-2' if n <= 2 else '3+'}")
     # Steer the search towards runs with many evictions and preemptors that wait long.
@@ -435,7 +442,7 @@ def _assert(trace: Trace, check: Callable[[Trace], list[str]]) -> None:
 @ADMISSIONS
 @STABILITY
 @given(spec=specs())
-def test_no_wasted_preemption(admission: PreemptorAdmission, spec: Spec) -> None:
+def test_no_wasted_preemption(admission: SchedulerPolicy, spec: Spec) -> None:
     _assert(simulate(spec, admission), wasted_preemptions)
 
 
@@ -443,7 +450,7 @@ def test_no_wasted_preemption(admission: PreemptorAdmission, spec: Spec) -> None
 @STABILITY
 @given(spec=specs())
 def test_no_workload_is_evicted_twice_for_the_same_preemptor(
-    admission: PreemptorAdmission, spec: Spec
+    admission: SchedulerPolicy, spec: Spec
 ) -> None:
     _assert(simulate(spec, admission), repeated_evictions)
 
@@ -451,7 +458,7 @@ def test_no_workload_is_evicted_twice_for_the_same_preemptor(
 @ADMISSIONS
 @STABILITY
 @given(spec=specs())
-def test_no_preemption_is_reversed(admission: PreemptorAdmission, spec: Spec) -> None:
+def test_no_preemption_is_reversed(admission: SchedulerPolicy, spec: Spec) -> None:
     _assert(simulate(spec, admission), reversals)
 
 
@@ -459,7 +466,7 @@ def test_no_preemption_is_reversed(admission: PreemptorAdmission, spec: Spec) ->
 @STABILITY
 @given(spec=specs())
 def test_an_in_nominal_preemptor_is_admitted_within_two_cycles_of_its_victims_stopping(
-    admission: PreemptorAdmission, spec: Spec
+    admission: SchedulerPolicy, spec: Spec
 ) -> None:
     trace = simulate(spec, admission)
     _assert(trace, slow_reclaims)
@@ -504,14 +511,14 @@ def _reported_case() -> tuple[Config, list[SimWorkload]]:
 
 
 @ADMISSIONS
-def test_a_reclaim_behind_a_reserved_gang_evicts_once(admission: PreemptorAdmission) -> None:
+def test_a_reclaim_behind_a_reserved_gang_evicts_once(admission: SchedulerPolicy) -> None:
     # On the code this was written against, after_victims_stop went: a-one evicts
     # b-short-0 (t=11); next cycle the backfill guard of a-gang's reservation refuses
     # a-one (no max_runtime), b-short-0 backfills again (its max_runtime ends before the
     # reservation) and is evicted again at the next cycle: 9 evictions, a-one admitted
     # at t=1100.
     config, workloads = _reported_case()
-    trace = run_world(config, workloads, SchedulerPolicy(preemptor_admission=admission))
+    trace = run_world(config, workloads, admission)
     found = [*repeated_evictions(trace), *wasted_preemptions(trace), *slow_reclaims(trace)]
     assert not found, "\n".join([*found, "the run:", trace.log()])
     check_run(trace)
