@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from queuemgr.core.model import Admission, AdmittedWorkload, NodeName, Workload, WorkloadId
 from queuemgr.core.placement import NodePool
-from queuemgr.core.resources import ResourceName
+from queuemgr.core.resources import ResourceName, format_moment
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,8 +41,8 @@ class Claim:
         running = [v for v in self.victims if v in stopping]
         left = f"still stopping: {', '.join(running)}" if running else "all have stopped"
         return (
-            f"claims {nodes} on {self.admission.flavor} since t={self.made_at:g}, freed by "
-            f"preempting {', '.join(self.victims)} ({left})"
+            f"claims {nodes} on {self.admission.flavor} since {format_moment(self.made_at)}, "
+            f"freed by preempting {', '.join(self.victims)} ({left})"
         )
 
 

@@ -37,7 +37,7 @@ from queuemgr.core.model import (
 from queuemgr.core.node_topology import NodeTopology
 from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger, QuotaTopology
-from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.resources import ResourceName, Resources, format_moment
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 from queuemgr.core.timeline import PodCounter, Timeline
 
@@ -54,7 +54,7 @@ class Reservation:
     def describe(self) -> str:
         if self.start is not None:
             nodes = sorted({p.node for p in self.placements})
-            return f"reserved from t={self.start:g} on {', '.join(nodes)}"
+            return f"reserved from {format_moment(self.start)} on {', '.join(nodes)}"
         if self.unknown_because:
             shown = ", ".join(self.unknown_because[:3])
             more = len(self.unknown_because) - 3

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import NewType
 
@@ -204,3 +205,15 @@ def how_many(per_item: Resources, free: Resources) -> int:
                 return 0
             best = n
     return 1 << 30 if best is None else best
+
+
+# Simulated clocks start near 0, the service's is Unix time: past this, a time reads
+# better as a date than as 1.7963e+09 seconds.
+_EPOCH_LIKE = 1e8
+
+
+def format_moment(t: float) -> str:
+    """A point in time for a message: ``t=90`` on a simulated clock, else a UTC date."""
+    if t < _EPOCH_LIKE:
+        return f"t={t:g}"
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
