@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from queuemgr.core.model import Admission, AdmittedWorkload, NodeName, Workload, WorkloadId
+from queuemgr.core.model import Admission, NodeName, Workload, WorkloadId
 from queuemgr.core.placement import NodePool
 from queuemgr.core.resources import ResourceName, format_moment
 
@@ -31,10 +31,6 @@ class Claim:
     admission: Admission
     victims: tuple[WorkloadId, ...]
     made_at: float
-
-    def held(self, now: float) -> AdmittedWorkload:
-        """The claim as the planners see it: a gang about to run where it was promised."""
-        return AdmittedWorkload(workload=self.workload, admission=self.admission, admitted_at=now)
 
     def describe(self, stopping: frozenset[WorkloadId]) -> str:
         nodes = ", ".join(sorted({p.node for p in self.admission.placements}))
