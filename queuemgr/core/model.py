@@ -307,6 +307,23 @@ class AdmittedWorkload:
     workload: Workload
     admission: Admission
     admitted_at: float
+    # What the placed pods hold (partial counts included), derived once: quota, fair
+    # shares and the victim search read it for every admitted gang in every cycle.
+    held: Mapping[ResourceName, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        per_pod = {ps.name: ps.requests for ps in self.workload.pod_sets}
+        held: dict[ResourceName, int] = {}
+        for p in self.admission.placements:
+            requests = per_pod.get(p.pod_set)
+            if requests is None:
+                raise ValueError(
+                    f"{self.workload.id}: placement names pod set {p.pod_set!r}, "
+                    "which the workload does not have"
+                )
+            for r, v in requests.items():
+                held[r] = held.get(r, 0) + v * p.count
+        object.__setattr__(self, "held", held)
 
     @property
     def pods(self) -> dict[str, int]:

@@ -19,6 +19,13 @@ than its ClusterQueue's ``min_runtime`` is no victim of reclaim or fair
 sharing; nothing is evicted unless the preemptor
 then fits both its quota and a node placement; a peer is reclaimed from only
 while it still borrows; workloads admitted in this cycle are never victims.
+
+The search runs for most pending heads of a busy cycle and nearly always fails,
+so it leaves out early what it would skip anyway: taking victims only lowers
+their queues' usage, so a peer that does not borrow, or whose share is already
+below the preemptor's, stays so for the whole search. Such pruning must never
+change which victims are chosen, only how fast (tests/unit/core/test_preemption_search.py
+holds it to the plain search).
 """
 
 from __future__ import annotations
@@ -43,10 +50,13 @@ from queuemgr.core.model import (
 from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import Eviction, PreemptionReason
-from queuemgr.core.snapshot import admitted_requests
+from queuemgr.core.resources import ResourceName
 
 # Preempted this often, a workload becomes a victim of last resort (see _candidates).
 REPEAT_VICTIM = 3
+
+_Held = tuple[tuple[ResourceName, int], ...]
+_Share = tuple[int, Fraction]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -88,6 +98,18 @@ class Preemptor:
         self._ledger = ledger
         self._pool = pool
         self.evicted: set[WorkloadId] = set()
+        # A busy cycle asks the same questions of hundreds of candidates: whether their
+        # queue borrows, whether taking a run of that size is fair. The answers depend on
+        # the ledger alone, so they hold until its version moves (see _memo).
+        self._memo_version = -1
+        self._borrows_memo: dict[tuple[ClusterQueueName, FlavorName], bool] = {}
+        self._fair_memo: dict[tuple[ClusterQueueName, FlavorName, _Held], bool] = {}
+        self._fair_mine: _Share | None = None  # what _fair_memo's answers compare with
+        self._size: dict[WorkloadId, _Held] = {}
+        self._share_memo: dict[ClusterQueueName, _Share] = {}
+        self._by_flavor: (
+            dict[FlavorName, dict[ClusterQueueName, dict[_Held, list[AdmittedWorkload]]]] | None
+        ) = None
 
     def find(self, cq: ClusterQueue, w: Workload) -> Preemption | None:
         """Evict a minimal set so that ``w`` fits, or change nothing and return None."""
@@ -117,25 +139,58 @@ class Preemptor:
             and not self.within_nominal(cq, w, flavor)
         )
         out: list[tuple[AdmittedWorkload, PreemptionReason]] = []
-        for a in self._admitted.values():
-            if a.admission.flavor != flavor or a.workload.id in self.evicted:
+        groups = self._groups(flavor)
+        mine_runs = groups.get(cq.name, {}) if within is not WithinClusterQueue.NEVER else {}
+        for a in (a for sizes in mine_runs.values() for a in sizes):
+            if a.workload.id not in self.evicted and preempts_within(within, a.workload, w):
+                out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
+        if not (may_reclaim or fair):
+            return self._ordered(out, flavor)
+        # Removing victims only lowers their queues' usage: a peer that does not borrow
+        # now, or a run whose taking is unfair now, stays so for the rest of this search,
+        # so they are left out here rather than skipped one by one in _try_flavor. The
+        # preemptor's share is the one _try_flavor uses only if no victim of its own queue
+        # can go before the first fair one.
+        mine = self._ledger.share(cq.name, (flavor, w.total_requests)) if fair and not out else None
+        for peer_name, sizes in groups.items():
+            peer = self._cqs.get(peer_name)
+            if peer_name == cq.name or peer is None or peer.cohort != cq.cohort:
                 continue
-            v = a.workload
-            if a.admission.cluster_queue == cq.name:
-                if preempts_within(within, v, w):
-                    out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
-            elif may_reclaim or fair:
-                peer = self._cqs.get(a.admission.cluster_queue)
-                if peer is None or peer.cohort != cq.cohort:
+            if not self._borrows(peer_name, flavor):
+                continue
+            if mine is not None and self._share(peer_name) < mine:
+                continue  # even before losing a run its share is below the preemptor's
+            young = peer.preemption.min_runtime
+            for held, runs in sizes.items():
+                if mine is not None and not self._fair_held(peer_name, flavor, held, mine):
                     continue
-                young = peer.preemption.min_runtime
-                if young > 0 and self._now - a.admitted_at < young:
-                    continue  # its queue protects a run this young from its cohort
-                if fair:
-                    out.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
-                elif reclaim is ReclaimWithinCohort.ANY or v.priority < w.priority:
-                    out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
+                for a in runs:
+                    if a.workload.id in self.evicted:
+                        continue
+                    if young > 0 and self._now - a.admitted_at < young:
+                        continue  # its queue protects a run this young from its cohort
+                    if fair:
+                        out.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
+                    elif reclaim is ReclaimWithinCohort.ANY or a.workload.priority < w.priority:
+                        out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
+        return self._ordered(out, flavor)
 
+    def _groups(
+        self, flavor: FlavorName
+    ) -> Mapping[ClusterQueueName, Mapping[_Held, list[AdmittedWorkload]]]:
+        """This cycle's admitted workloads on ``flavor``, per queue and per size."""
+        if self._by_flavor is None:
+            self._by_flavor = {}
+            for a in self._admitted.values():
+                per_cq = self._by_flavor.setdefault(a.admission.flavor, {})
+                sizes = per_cq.setdefault(a.admission.cluster_queue, {})
+                size = self._size[a.workload.id] = tuple(sorted(a.held.items()))
+                sizes.setdefault(size, []).append(a)
+        return self._by_flavor.get(flavor, {})
+
+    def _ordered(
+        self, out: list[tuple[AdmittedWorkload, PreemptionReason]], flavor: FlavorName
+    ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
         # The newest run loses the least work, so it goes first, except a workload already
         # preempted REPEAT_VICTIM times: a run just re-admitted is the newest, and taking
         # it first every time is how one workload gets preempted over and over.
@@ -158,16 +213,27 @@ class Preemptor:
     def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
         chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
         mine: tuple[int, Fraction] | None = None  # the preemptor's share once admitted
+        # Taking victims only lowers usage, so a peer that stopped borrowing, or a size
+        # that became unfair to take from a peer, stays so for the rest of this search.
+        done: set[ClusterQueueName] = set()
+        unfair: set[tuple[ClusterQueueName, _Held]] = set()
         for a, reason in self._candidates(cq, w, flavor):
-            if reason is not PreemptionReason.IN_CLUSTER_QUEUE and not self._borrows(
-                a.admission.cluster_queue, flavor
-            ):
-                continue  # that peer is back within its nominal: nothing left to reclaim
-            if reason is PreemptionReason.IN_COHORT_FAIR_SHARING:
-                if mine is None:
-                    mine = self._ledger.share(cq.name, (flavor, w.total_requests))
-                if not self._fair_to_take(a, mine):
+            if reason is not PreemptionReason.IN_CLUSTER_QUEUE:
+                peer = a.admission.cluster_queue
+                if peer in done:
                     continue
+                if not self._borrows(peer, flavor):
+                    done.add(peer)  # back within its nominal: nothing left to reclaim
+                    continue
+                if reason is PreemptionReason.IN_COHORT_FAIR_SHARING:
+                    if mine is None:
+                        mine = self._ledger.share(cq.name, (flavor, w.total_requests))
+                    size = (peer, self._size[a.workload.id])
+                    if size in unfair:
+                        continue
+                    if not self._fair_held(peer, flavor, size[1], mine):
+                        unfair.add(size)
+                        continue
             self._remove(a)
             chosen.append((a, reason))
             if self._fits(cq, w, flavor):
@@ -199,14 +265,37 @@ class Preemptor:
         )
 
     # -- helpers ----------------------------------------------------------
-    def _fair_to_take(self, victim: AdmittedWorkload, mine: tuple[int, Fraction]) -> bool:
-        """Kueue's LessThanOrEqualToFinalShare: ``victim``'s queue, once it is evicted,
-        keeps a share at least ``mine`` (the preemptor's after its admission), so that
-        the victim could never take the capacity straight back.
+    def _share(self, cq_name: ClusterQueueName) -> _Share:
+        self._memo()
+        hit = self._share_memo.get(cq_name)
+        if hit is None:
+            hit = self._share_memo[cq_name] = self._ledger.share(cq_name)
+        return hit
+
+    def _fair_held(
+        self, cq_name: ClusterQueueName, flavor: FlavorName, held: _Held, mine: _Share
+    ) -> bool:
+        """Kueue's LessThanOrEqualToFinalShare: ``cq_name``, once it loses a run that
+        holds ``held``, keeps a share at least ``mine`` (the preemptor's after its
+        admission), so that the victim could never take the capacity straight back.
         """
-        gone = {r: -v for r, v in admitted_requests(victim).items()}
-        theirs = self._ledger.share(victim.admission.cluster_queue, (victim.admission.flavor, gone))
-        return theirs >= mine
+        self._memo()
+        if mine != self._fair_mine:
+            self._fair_mine = mine
+            self._fair_memo.clear()
+        key = (cq_name, flavor, held)
+        hit = self._fair_memo.get(key)
+        if hit is None:
+            theirs = self._ledger.share(cq_name, (flavor, {r: -v for r, v in held}))
+            hit = self._fair_memo[key] = theirs >= mine
+        return hit
+
+    def _memo(self) -> None:
+        if self._memo_version != self._ledger.version:
+            self._memo_version = self._ledger.version
+            self._borrows_memo.clear()
+            self._fair_memo.clear()
+            self._share_memo.clear()
 
     def _fits(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
         if not self._ledger.check(cq.name, flavor, w.total_requests).fits:
@@ -223,12 +312,15 @@ class Preemptor:
         )
 
     def _borrows(self, cq_name: ClusterQueueName, flavor: FlavorName) -> bool:
-        cq = self._cqs.get(cq_name)
-        quota = cq.quota(flavor) if cq is not None else None
-        if quota is None:
-            return False
-        used = self._ledger.usage(cq_name, flavor)
-        return any(v > quota.nominal.get(r, 0) for r, v in used.items())
+        self._memo()
+        hit = self._borrows_memo.get((cq_name, flavor))
+        if hit is None:
+            cq = self._cqs.get(cq_name)
+            quota = cq.quota(flavor) if cq is not None else None
+            used = self._ledger.usage(cq_name, flavor) if quota is not None else {}
+            hit = quota is not None and any(v > quota.nominal.get(r, 0) for r, v in used.items())
+            self._borrows_memo[(cq_name, flavor)] = hit
+        return hit
 
     def _remove(self, a: AdmittedWorkload) -> None:
         self._apply(a, -1, self._pool.release)
@@ -242,7 +334,7 @@ class Preemptor:
         sign: int,
         nodes: Callable[[tuple[PodSetPlacement, ...], tuple[PodSet, ...]], None],
     ) -> None:
-        held = admitted_requests(a)
+        held = a.held
         self._ledger.add(
             a.admission.cluster_queue, a.admission.flavor, {r: sign * v for r, v in held.items()}
         )

@@ -158,12 +158,7 @@ def usage_of(admitted: Iterable[AdmittedWorkload]) -> MutableUsage:
 
 def admitted_requests(a: AdmittedWorkload) -> dict[ResourceName, int]:
     """What an admission holds: the placed pods' requests (partial counts included)."""
-    per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
-    out: dict[ResourceName, int] = {}
-    for p in a.admission.placements:
-        for r, v in per_pod[p.pod_set].items():
-            out[r] = out.get(r, 0) + v * p.count
-    return out
+    return dict(a.held)
 
 
 def node_free_of(
