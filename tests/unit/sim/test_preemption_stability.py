@@ -32,7 +32,13 @@ are read through the engine's observer, one record per cycle):
    that exception the statement is false under the rules: X reclaims from Y at t=48,
    X's peer jobs end and Y admits more, and at t=69 X's job takes Y's back by fair
    sharing. Per pair of ClusterQueues it would be false too: a borrower may rightly be
-   reclaimed from and later reclaim back, as usage moves;
+   reclaimed from and later reclaim back, as usage moves. Unlike 1, 2 and 4 it holds on
+   the code the stability issue was filed against (562d4ec): a reversal takes a wrong
+   preemption rule, not a wrong cycle, and that code's rules were right. It fails on the
+   two mistakes it guards against (each tried by editing core/preemption.py): with the
+   fair-sharing check dropped (``q0/w1-0`` takes ``q1/w0`` at t=5, which takes it back
+   at t=65), and with the preemptor's share taken before its own admission rather than
+   after it (the same reversal, between ``q0/w3`` and ``q1/w0-1``);
 4. a preemptor within its nominal quota (reason ``InCohortReclamation``) is admitted by
    the second cycle after its victims stop: at the eviction under ``same_cycle`` (it is
    then admitted in that very cycle), ``victim_stop_delay`` seconds after it under
