@@ -21,6 +21,7 @@ import click
 
 from queuemgr.service.app import Service
 from queuemgr.service.config import load_config
+from queuemgr.service.simulated import load_cluster_file
 from queuemgr.sim.yamlcheck import InputError
 from queuemgr.store.database import DatabaseError
 
@@ -44,6 +45,8 @@ def serve(config_path: Path | None) -> None:
         click.echo(f"error: config: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     try:
+        if config.cluster_file is not None:
+            load_cluster_file(config.cluster_file)  # a bad file is refused before any connection
         service = Service(config)
     except InputError as exc:
         click.echo(f"error: cluster_file: {config.cluster_file}: {exc}", err=True)

@@ -34,6 +34,13 @@ def load_cluster_file(path: Path) -> Config:
     if isinstance(raw, dict):
         if raw.get("workloads"):
             raise ScenarioError("workloads: a cluster file lists no workloads; submit them")
+        if "scheduler" in raw:
+            # One policy, in one place: serve would otherwise ignore it silently and
+            # decide differently from `simulate` on the same file.
+            raise ScenarioError(
+                "scheduler: a cluster file sets no scheduler policy; put these knobs under "
+                "the service configuration's scheduler: key (docs/operations.md)"
+            )
         raw = {"cluster_queues": [], **raw}
     return parse_scenario(raw).config
 
