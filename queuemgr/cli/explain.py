@@ -30,7 +30,7 @@ from queuemgr.core.claims import Claim
 from queuemgr.core.fairshare import decayed
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import PendingReason
+from queuemgr.core.reasons import BACKING_OFF, PendingReason
 from queuemgr.sim.knobs import parse_policy, policy_knobs
 from queuemgr.sim.yamlcheck import InputError
 from queuemgr.store.leadership import leader_settings
@@ -154,7 +154,7 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
     if until is not None:
         backoff = _backoff_doc(workload, until, now)
         doc.update(
-            reason="BackingOff",
+            reason=BACKING_OFF,
             message=backoff["message"],
             backoff=backoff,
             eta_reason=f"it backs off until {backoff['until']}; no cycle tries it before",

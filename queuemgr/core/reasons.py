@@ -45,6 +45,11 @@ class PendingReason(enum.Enum):
     NOMINAL_DEMAND_WAITING = "NominalDemandWaiting"
 
 
+# The status reason of a preempted workload held out of the queue until its requeue
+# time (the requeue backoff). No cycle gives it: such a workload is in no snapshot.
+BACKING_OFF = "BackingOff"
+
+
 class PreemptionReason(enum.Enum):
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"

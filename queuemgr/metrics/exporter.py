@@ -37,9 +37,15 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import generate_latest
 from prometheus_client.exposition import start_http_server
 
-from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName
+from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, Workload
 from queuemgr.core.quota import QuotaLedger
-from queuemgr.core.reasons import Decisions, Eviction, PendingReason, PreemptionReason
+from queuemgr.core.reasons import (
+    BACKING_OFF,
+    Decisions,
+    Eviction,
+    PendingReason,
+    PreemptionReason,
+)
 from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 from queuemgr.metrics.families import MetricFamilies
@@ -97,8 +103,14 @@ class SchedulerMetrics(MetricFamilies):
             self.preempted_gpu_seconds.labels(cluster_queue=cq)
         self._preemption_queues |= new
 
-    def set_gauges(self, snapshot: Snapshot, decisions: Decisions) -> None:
-        """Every gauge to the state after ``decisions``: O(pending + nodes)."""
+    def set_gauges(
+        self, snapshot: Snapshot, decisions: Decisions, backing_off: Iterable[Workload] = ()
+    ) -> None:
+        """Every gauge to the state after ``decisions``: O(pending + nodes).
+
+        ``backing_off``: queued workloads held out of the snapshot until their requeue
+        time; they are pending all the same, with reason ``BackingOff``.
+        """
         config = snapshot.config
         frames = self._frames
         usage: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {
@@ -119,7 +131,7 @@ class SchedulerMetrics(MetricFamilies):
         for name, n in active.items():
             frames[self.admitted_active].set(n, name)
         self._quota(snapshot, usage)
-        self._pending(snapshot, decisions)
+        self._pending(snapshot, decisions, backing_off)
         self._nodes(snapshot, decisions)
         for frame in frames.values():
             frame.commit()
@@ -148,15 +160,17 @@ class SchedulerMetrics(MetricFamilies):
             infinite, exact = ledger.share(name)
             f[self.share].set(math.inf if infinite else float(exact), name)
 
-    def _pending(self, snapshot: Snapshot, decisions: Decisions) -> None:
+    def _pending(
+        self, snapshot: Snapshot, decisions: Decisions, backing_off: Iterable[Workload]
+    ) -> None:
         config = snapshot.config
         frame = self._frames[self.pending]
         demand = self._frames[self.resource_pending]
         # Every configured local queue shows every reason (0 when none), so graphs
         # stay continuous; only verdicts are looked up, never the lazy messages.
         for (ns, lq), q in config.local_queues.items():
-            for reason in PendingReason:
-                frame.set(0, q.cluster_queue, lq, ns, reason.value)
+            for code in (*(reason.value for reason in PendingReason), BACKING_OFF):
+                frame.set(0, q.cluster_queue, lq, ns, code)
         for name, queue in config.cluster_queues.items():
             for fq in queue.flavors:
                 for res in fq.nominal:
@@ -175,6 +189,9 @@ class SchedulerMetrics(MetricFamilies):
             if flavor is not None:
                 for res, v in w.total_requests.items():
                     demand.add(base_units(res, v), cq_name, flavor, res)
+        for w in backing_off:
+            routed_to = config.queue_for(w)
+            frame.add(1, routed_to or "", w.queue, w.namespace, BACKING_OFF)
 
     def _nodes(self, snapshot: Snapshot, decisions: Decisions) -> None:
         topo = snapshot.config.node_topology

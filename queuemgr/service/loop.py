@@ -207,7 +207,7 @@ class SchedulerLoop:
         self._metrics.count_cycle(snapshot, decisions, duration, now)
         if self._gauges.due():
             started = self._gauges.now()
-            self._metrics.set_gauges(snapshot, decisions)
+            self._metrics.set_gauges(snapshot, decisions, state.backing_off_workloads)
             self._gauges.refreshed(started)
         for predicted, actual in self._eta.observe(state.pending, decisions, now):
             self._metrics.observe_eta_error(predicted, actual)

@@ -185,6 +185,7 @@ class StateMirror:
             claims=claims,
             stopping=self._stopping,
             backing_off={rows[i].workload.id: at for i, at in self._backing_off.items()},
+            backing_off_workloads=tuple(rows[i].workload for i in self._backing_off),
             prebuilt=with_claims(self._cache.snapshot(), claims, self._stopping),
         )
 

@@ -46,6 +46,7 @@ class StoredState:
     stopping: frozenset[WorkloadId] = frozenset()
     # Queued workloads left out of ``pending`` while they back off: when each is due.
     backing_off: Mapping[WorkloadId, float] = field(default_factory=dict)
+    backing_off_workloads: tuple[Workload, ...] = ()  # the same, as workloads (for gauges)
     # The snapshot already built from these (``store.mirror`` keeps one up to date).
     prebuilt: Snapshot | None = field(default=None, compare=False, repr=False)
 
@@ -92,4 +93,5 @@ def load_state(engine: Engine, *, now: float | None = None) -> StoredState:
         claims=claims,
         stopping=loaded.stopping,
         backing_off=loaded.backing_off,
+        backing_off_workloads=loaded.backing_off_workloads,
     )

@@ -118,6 +118,7 @@ class Workloads:
     claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
     # Queued workloads withheld from ``pending`` while they back off: when each is due.
     backing_off: Mapping[WorkloadId, float] = field(default_factory=dict)
+    backing_off_workloads: tuple[Workload, ...] = ()  # the same, as workloads
     # Evicted workloads not requeued yet: their pods may still run (Snapshot.stopping).
     stopping: frozenset[WorkloadId] = frozenset()
 
@@ -297,6 +298,7 @@ def load_workloads(conn: Connection, *, now: float) -> Workloads:
     statuses: dict[WorkloadId, tuple[WorkloadState, str, str]] = {}
     claims: dict[WorkloadId, Claim] = {}
     backing_off: dict[WorkloadId, float] = {}
+    waiting_out: list[Workload] = []
     for row in read_live(conn):
         if row.admitted is not None:
             admitted.append(row.admitted)
@@ -306,6 +308,7 @@ def load_workloads(conn: Connection, *, now: float) -> Workloads:
         if row.backs_off(now):
             assert row.requeue_at is not None
             backing_off[wid] = row.requeue_at
+            waiting_out.append(row.workload)
             continue
         pending.append(row.workload)
         if row.claim is not None:
@@ -316,6 +319,7 @@ def load_workloads(conn: Connection, *, now: float) -> Workloads:
         statuses=statuses,
         claims=claims,
         backing_off=backing_off,
+        backing_off_workloads=tuple(waiting_out),
         stopping=read_stopping(conn),
     )
 

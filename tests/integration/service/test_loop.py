@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering
+from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.service.fakes import FakeClock
 from queuemgr.service.loop import SERVICE_POLICY
 from queuemgr.store import codec
@@ -306,6 +307,7 @@ def test_a_victim_is_requeued_with_backoff_and_not_admitted_before_it_ends(
     with engine.begin() as conn:
         submit_workload(conn, job("borrower", "x0", T0 - 30))
     loop, elector, backend = make_loop(engine, clock=clock)
+    loop._gauges = GaugePacer(cheap_s=float("inf"))  # gauges after every cycle, however slow
     assert elector.step()
     try:
         loop.run_once()
@@ -329,6 +331,10 @@ def test_a_victim_is_requeued_with_backoff_and_not_admitted_before_it_ends(
         assert report is not None and report.finished == ("owner/mine",)
         assert report.admitted == () and report.pending == 0  # x0 backs off: not pending
         assert states(engine)["x0"] == "Pending"
+        # ... for the cycle; the queue-depth gauge still counts it, as BackingOff.
+        depth = {"cluster_queue": "borrower", "local_queue": "default", "namespace": "borrower"}
+        gauge = loop._metrics.registry.get_sample_value
+        assert gauge("queuemgr_pending_workloads", {**depth, "reason": "BackingOff"}) == 1
         # The loop sleeps until then, not for a whole safety interval.
         assert loop._timeout() == pytest.approx(until - clock.now(), abs=0.01)
 

@@ -171,9 +171,14 @@ def simulate(scenario: Scenario, workloads: Sequence[SimWorkload]) -> list[Recor
 
 
 def _cluster_file(path: Path, tmp_path: Path) -> Path:
-    """The scenario without its workloads: what ``serve --cluster`` accepts."""
+    """The scenario without its workloads and policy: what a cluster file may hold.
+
+    The scenario's ``scheduler:`` knobs are the loop's policy instead, as the service
+    configuration's ``scheduler:`` key would give them.
+    """
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     raw.pop("workloads", None)
+    raw.pop("scheduler", None)
     out = tmp_path / f"cluster-{path.name}"
     out.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     return out

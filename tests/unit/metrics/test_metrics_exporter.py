@@ -50,6 +50,24 @@ def test_pending_is_counted_per_local_queue_and_reason_with_zeros_for_the_rest()
     assert value(m, "queuemgr_admission_cycle_duration_seconds_count") == 1
 
 
+def test_a_workload_backing_off_after_a_preemption_is_pending_as_backing_off() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").nominal(gpu=8).namespaces("a"))
+        .lq("a", "default", "a")
+        .node(make_nodes("n", 1, flavor="default"))
+        .submit(wl("running").ns("a").gpus(8))
+        .run()
+    )
+    held_out = wl("victim").ns("a").gpus(4).build()  # in no snapshot until its requeue time
+    m = SchedulerMetrics(version="test")
+    m.set_gauges(res.snapshot, res.decisions, backing_off=[held_out])
+    labels = {"cluster_queue": "a", "local_queue": "default", "namespace": "a"}
+    assert value(m, "queuemgr_pending_workloads", **labels, reason="BackingOff") == 1
+    m.set_gauges(res.snapshot, res.decisions)  # its backoff is over: no longer counted so
+    assert value(m, "queuemgr_pending_workloads", **labels, reason="BackingOff") == 0
+
+
 def test_quota_and_usage_are_in_base_units_and_limits_only_where_set() -> None:
     res = (
         World()
