@@ -15,6 +15,7 @@ releases the leader lock so a standby takes over at once.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -36,7 +37,13 @@ from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
 from queuemgr.service.webhook import AdmissionWebhook
 from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store import config as store_config
-from queuemgr.store.database import DatabaseError, check_connection, create_engine, resolve_url
+from queuemgr.store.database import (
+    URL_ENV,
+    DatabaseError,
+    check_connection,
+    create_engine,
+    resolve_url,
+)
 from queuemgr.store.leadership import NotLeader, fence, record_leader
 from queuemgr.store.notify import notify
 
@@ -74,7 +81,12 @@ class Service:
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        env = {} if config.database_url is None else {"QUEUEMGR_DATABASE_URL": config.database_url}
+        # As every command resolves it: the URL is the configuration's (which already
+        # read QUEUEMGR_DATABASE_URL), and without one the embedded server lives in
+        # QUEUEMGR_DATA_DIR if that is set.
+        env = {k: v for k, v in os.environ.items() if k != URL_ENV}
+        if config.database_url is not None:
+            env[URL_ENV] = config.database_url
         self.engine = create_engine(resolve_url(env))
         check_connection(self.engine)
         try:
