@@ -13,7 +13,8 @@ What must stay true:
   handshake happens in the connection's own thread (a slow client never
   blocks accepting others);
 - a body that is not an AdmissionReview gets 400, a body above
-  :data:`MAX_BODY` gets 413, an unexpected error gets 500 (the API server then
+  :data:`MAX_BODY` gets 413 unread, a missing length 411 and a negative one 400
+  (never read to the end of the stream: chunked bodies are not taken), an unexpected error gets 500 (the API server then
   applies the failure policy); every answer to a well-formed review is 200;
 - ``stop()`` closes the socket and returns once the serving thread ended.
 """
@@ -104,6 +105,10 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
             self._text(411, "Content-Length required")
+            return
+        if length < 0:  # rfile.read(-1) would read to the end of the stream, unbounded
+            self.close_connection = True
+            self._text(400, f"bad Content-Length {length}")
             return
         if length > MAX_BODY:
             self.close_connection = True

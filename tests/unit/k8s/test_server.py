@@ -115,6 +115,35 @@ def test_oversized_body_is_refused_unread(server: WebhookServer) -> None:
     assert status == 413
 
 
+@pytest.mark.parametrize(
+    ("length", "status"),
+    [
+        pytest.param("-1", 400, id="negative"),  # read to end of stream, before the fix
+        pytest.param("-99999999", 400, id="very-negative"),
+        pytest.param("", 411, id="empty"),
+        pytest.param("two", 411, id="not-a-number"),
+    ],
+)
+def test_a_bad_content_length_is_refused_at_once(
+    server: WebhookServer, length: str, status: int
+) -> None:
+    # http.client would send its own length: a raw request, and a body that never ends.
+    host, port = server.address
+    context = _client_context(CERT.ca_pem)
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(
+            f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
+            + b"{" * 4096
+        )
+        answer = tls.recv(4096)  # times out if the server waits for the stream to end
+    assert answer.startswith(f"HTTP/1.0 {status} ".encode()) or answer.startswith(
+        f"HTTP/1.1 {status} ".encode()
+    ), answer[:80]
+
+
 def test_a_client_trusting_another_ca_is_refused(server: WebhookServer) -> None:
     other = generate(dns_names=["queuemgr"], ip_addresses=["127.0.0.1"])
     with pytest.raises(ssl.SSLCertVerificationError):
