@@ -13,9 +13,10 @@ What must stay true:
   handshake happens in the connection's own thread (a slow client never
   blocks accepting others);
 - a body that is not an AdmissionReview gets 400, a body above
-  :data:`MAX_BODY` gets 413 unread, a missing length 411 and a negative one 400
-  (never read to the end of the stream: chunked bodies are not taken), an unexpected error gets 500 (the API server then
-  applies the failure policy); every answer to a well-formed review is 200;
+  :data:`MAX_BODY` gets 413 unread, a missing length 411 and a negative one
+  400 (never read to the end of the stream: chunked bodies are not taken), an
+  unexpected error gets 500 (the API server then applies the failure policy);
+  every answer to a well-formed review is 200;
 - ``stop()`` closes the socket and returns once the serving thread ended.
 """
 

@@ -49,6 +49,11 @@ from queuemgr.store.notify import notify
 
 log = logging.getLogger(__name__)
 
+# A loop whose cycles have all failed for this long makes /readyz fail: one failed
+# cycle is a lost race or a blip, retried at once, but a full disk or a broken schema
+# fails every cycle while the database still answers.
+LOOP_FAILURE_GRACE = 30.0
+
 
 def _seed_cluster(engine: Engine, config: ServiceConfig) -> list[Node]:
     """Upsert the cluster file's objects; returns its nodes for the simulated backend."""
@@ -174,6 +179,9 @@ class Service:
             return False, str(exc)
         if self.kube is not None and not self.kube.watch.synced:
             return False, "the Kubernetes watches have not listed yet"
+        failing = self.loop.failing_for()
+        if failing > LOOP_FAILURE_GRACE:
+            return False, f"every cycle has failed for {failing:.0f} s: {self.loop.last_error}"
         role = "leader" if self.elector.is_leader else "standby"
         return True, f"database reachable, loop running ({role})"
 

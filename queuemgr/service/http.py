@@ -6,7 +6,8 @@ fails. A database outage must make the service unready, never unhealthy:
 restarting it would not bring Postgres back.
 
 What must stay true: ``/healthz`` depends on nothing outside the process;
-``/readyz`` is 200 only when the database answers and the loop thread runs;
+``/readyz`` is 200 only when the database answers, the loop thread runs and
+its cycles have not all failed for longer than ``app.LOOP_FAILURE_GRACE``;
 the server binds loopback by default and serves each request in a thread, so a
 slow database check never blocks a scrape.
 """

@@ -152,6 +152,9 @@ class SchedulerLoop:
         self._thread: threading.Thread | None = None
         self.cycles = 0
         self.last_error: str | None = None
+        # Monotonic time of the first failure of the current run of failed cycles
+        # (None after a cycle that worked): readiness fails once it lasts (failing_for).
+        self._failing_since: float | None = None
 
     # -- triggers --------------------------------------------------------------
     def wake(self) -> None:
@@ -405,6 +408,7 @@ class SchedulerLoop:
             try:
                 self.run_once()
                 self.last_error = None
+                self._failing_since = None
                 backoff = 0.1
             except NotLeader as exc:
                 log.warning("%s", exc)
@@ -412,18 +416,28 @@ class SchedulerLoop:
                 log.warning("cycle rolled back: %s", exc)
                 self._wake.set()
             except SQLAlchemyError as exc:
-                self.last_error = str(exc).splitlines()[0]
+                self._failed(str(exc).splitlines()[0])
                 log.warning("cycle failed, database unavailable? retrying in %.1fs", backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 self._wake.set()
             except Exception as exc:  # keep scheduling; /readyz shows the error meanwhile
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._failed(f"{type(exc).__name__}: {exc}")
                 self._mirror.reset()  # start again from what the store holds
                 log.exception("cycle failed")
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 self._wake.set()
+
+    def _failed(self, error: str) -> None:
+        self.last_error = error
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+
+    def failing_for(self) -> float:
+        """Seconds since the first of the cycles that have failed in a row (0: none failed)."""
+        since = self._failing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _timeout(self) -> float:
         # Sleep until the backend's next expected finish or the first requeue backoff's

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from queuemgr.cli.main import main
 from queuemgr.core.model import CohortName
+from queuemgr.service import app
 from queuemgr.service.app import Service, _seed_cluster
 from queuemgr.service.config import ConfigError, load_config
 from queuemgr.service.simulated import load_cluster_file
@@ -102,6 +103,28 @@ def test_readyz_fails_when_the_loop_is_not_running(service: Service) -> None:
     service.loop.stop()
     assert _get(service, "/readyz")[0] == 503
     assert _get(service, "/healthz")[0] == 503
+
+
+def test_readyz_fails_while_every_cycle_fails_and_recovers_after(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wait_for(lambda: service.elector.is_leader, timeout=5)
+    assert _get(service, "/readyz")[0] == 200
+    monkeypatch.setattr(app, "LOOP_FAILURE_GRACE", 0.5)
+    works = service.loop.run_once
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(service.loop, "run_once", full_disk)  # the database still answers
+    service.loop.wake()
+    wait_for(lambda: _get(service, "/readyz")[0] == 503, timeout=10)
+    _, body = _get(service, "/readyz")
+    assert "No space left on device" in body and "every cycle has failed" in body
+    assert _get(service, "/healthz")[0] == 200  # a restart would not free the disk
+    monkeypatch.setattr(service.loop, "run_once", works)
+    service.loop.wake()
+    wait_for(lambda: _get(service, "/readyz")[0] == 200, timeout=10)
 
 
 @pytest.mark.parametrize(
