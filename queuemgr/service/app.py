@@ -18,7 +18,6 @@ import logging
 import os
 import threading
 
-from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -34,6 +33,7 @@ from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SchedulerLoop
 from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
 from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
+from queuemgr.service.ticker import Ticker
 from queuemgr.service.webhook import AdmissionWebhook
 from queuemgr.sim.knobs import policy_knobs
 from queuemgr.store import config as store_config
@@ -134,8 +134,9 @@ class Service:
             self.kube.attach(self.elector, self.metrics)
             self.kube.backend.set_wake(self.loop.wake)
         self.listener = NotifyListener(self.engine, self.loop.wake)
-        self.jobs = BackgroundScheduler(daemon=True)
-        self.jobs.add_job(self.loop.request_safety_cycle, "interval", seconds=config.cycle_interval)
+        self.jobs = Ticker(
+            config.cycle_interval, self.loop.request_safety_cycle, name="queuemgr-safety-cycle"
+        )
         self.http = HttpServer(
             host=config.http_host,
             port=config.http_port,
@@ -203,7 +204,7 @@ class Service:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self.jobs.shutdown(wait=False)
+        self.jobs.stop()
         self.elector.stop()
         self.listener.stop()
         self.loop.stop()

@@ -36,5 +36,5 @@ def test_the_configured_url_wins_over_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("QUEUEMGR_DATABASE_URL", "postgresql://from-env@127.0.0.1:1/x")
-    with pytest.raises(DatabaseError, match="configured@127.0.0.1:1"):
+    with pytest.raises(DatabaseError, match=r"configured@127\.0\.0\.1:1"):
         Service(ServiceConfig(database_url="postgresql://configured@127.0.0.1:1/x"))
