@@ -31,7 +31,7 @@ from queuemgr.cli.flags import check_name, namespace
 from queuemgr.cli.output import age, emit, iso, output_option, print_fields, print_table, vec
 from queuemgr.cli.watch import watch as watch_doc
 from queuemgr.cli.watch import watch_options
-from queuemgr.core.model import PodSet, Workload, WorkloadId
+from queuemgr.core.model import PRIORITY_RANGE, PodSet, Workload, WorkloadId
 from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.sim.knobs import parse_duration
 from queuemgr.store import admin
@@ -63,7 +63,13 @@ from queuemgr.store.notify import finish_workload, submit_workload
 @click.option("--cpu", default=None, help="CPU per pod (quantity: 8, 500m).")
 @click.option("--memory", default=None, help="Memory per pod (quantity: 64Gi).")
 @click.option("--max-runtime", default=None, help="Stop after this long: 90m, 2h, 1d.")
-@click.option("--priority", type=int, default=0, show_default=True)
+@click.option(
+    "--priority",
+    type=click.IntRange(*PRIORITY_RANGE),
+    default=0,
+    show_default=True,
+    help="As a PriorityClass value: a 32-bit integer.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @handled
 def submit(

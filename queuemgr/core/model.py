@@ -214,6 +214,10 @@ def shape_id(shape: tuple[object, ...]) -> ShapeId:
     return found
 
 
+# A priority is a PriorityClass value: a 32-bit integer in Kubernetes and in the store.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
     """One gang: all pods of all pod sets are admitted together or not at all."""

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import NewType
 
+from queuemgr.core.values import shown
+
 ResourceName = NewType("ResourceName", str)
 
 GPU = ResourceName("nvidia.com/gpu")
@@ -76,7 +78,7 @@ class QuantityError(ValueError):
     """A quantity or resource name that cannot be taken; names field and value."""
 
     def __init__(self, field: str, value: object, why: str) -> None:
-        super().__init__(f"{field}: {why} {value!r}")
+        super().__init__(f"{field}: {why} {shown(value)}")
         self.field = field
         self.value = value
 

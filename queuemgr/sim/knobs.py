@@ -17,6 +17,7 @@ import yaml
 from queuemgr.core.fairshare import DEFAULT_WEIGHTS
 from queuemgr.core.policy import Ordering, OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.resources import parse_resource_name
+from queuemgr.core.values import shown
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.yamlcheck import ScenarioError, at
 
@@ -34,28 +35,34 @@ KNOBS = (
     "victim_stop_delay",
 )
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+# A longer duration is a typo, and one of about 3e11 s no longer fits a datetime.
+MAX_DURATION = 100 * 365 * 86400.0
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_duration(raw: object, path: str, *, zero: bool = False) -> float:
     """Seconds from ``3600``, ``90m``, ``12h``, ``7d`` or ``2w``; positive (or 0 if ``zero``)."""
     if isinstance(raw, bool):
-        raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
+        raise ScenarioError(f"{path}: expected a duration such as 7d, got {shown(raw)}")
     if isinstance(raw, int | float):
         seconds = float(raw)
     else:
         match = _DURATION.match(str(raw).strip())
         if not match:
-            raise ScenarioError(f"{path}: expected a duration such as 7d, got {raw!r}")
+            raise ScenarioError(f"{path}: expected a duration such as 7d, got {shown(raw)}")
         seconds = float(match[1]) * _UNIT[match[2]]
-    if seconds < 0 or (seconds == 0 and not zero) or seconds != seconds or seconds == float("inf"):
-        raise ScenarioError(f"{path}: must be {'0 or more' if zero else 'positive'}, got {raw!r}")
+    if seconds < 0 or (seconds == 0 and not zero) or seconds != seconds:
+        raise ScenarioError(
+            f"{path}: must be {'0 or more' if zero else 'positive'}, got {shown(raw)}"
+        )
+    if seconds > MAX_DURATION:  # also .inf; datetimes overflow not far beyond
+        raise ScenarioError(f"{path}: at most {MAX_DURATION:.0f} s (100 years), got {shown(raw)}")
     return seconds
 
 
 def _choice(raw: object, path: str, choices: list[str]) -> str:
     if raw not in choices:
-        raise ScenarioError(f"{path}: expected one of {choices}, got {raw!r}")
+        raise ScenarioError(f"{path}: expected one of {choices}, got {shown(raw)}")
     return str(raw)
 
 
@@ -133,6 +140,6 @@ def override_policy(
     for item in overrides:
         knob, sep, value = item.partition("=")
         if not sep or not knob:
-            raise ScenarioError(f"{path}: expected KNOB=VALUE, got {item!r}")
+            raise ScenarioError(f"{path}: expected KNOB=VALUE, got {shown(item)}")
         raw[knob] = yaml.safe_load(value)
     return parse_policy(raw, path)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queuemgr.core.model import (
+    PRIORITY_RANGE,
     ClusterQueue,
     ClusterQueueName,
     Cohort,
@@ -281,7 +282,12 @@ def _workloads(raw: object, lqs: Mapping[tuple[str, str], LocalQueue]) -> list[S
         max_runtime = None
         if m.get("max_runtime") is not None:
             max_runtime = y.number(m["max_runtime"], at(p, "max_runtime"), positive=True)
-        priority = y.integer(m.get("priority", 0), at(p, "priority"))
+        priority = y.integer(
+            m.get("priority", 0),
+            at(p, "priority"),
+            minimum=PRIORITY_RANGE[0],
+            maximum=PRIORITY_RANGE[1],
+        )
         submit_at = y.number(m.get("submit_at", 0), at(p, "submit_at"))
         runtime = y.number(m["runtime"], at(p, "runtime"))
         for k, one in enumerate(wnames):

@@ -22,6 +22,8 @@ from typing import TypeVar
 
 import yaml
 
+from queuemgr.core.values import shown
+
 E = TypeVar("E", bound=Enum)
 
 
@@ -33,19 +35,90 @@ class ScenarioError(InputError):
     """A scenario that cannot be simulated; the message starts with the YAML path."""
 
 
+# What a hand-written file may be: far above any real cluster's queues, far below
+# what could exhaust memory. Aliases are counted as what they expand to, so a
+# 1 kB "billion laughs" file is as large as the data it stands for.
+MAX_FILE_BYTES = 16 << 20
+MAX_NODES = 1_000_000
+
+
 def read_yaml(path: Path, what: str, error: type[InputError] = InputError) -> object:
-    """The parsed YAML of ``path``; an unreadable or malformed file raises ``error``.
+    """The parsed YAML of ``path``; an unreadable, oversized or malformed file raises ``error``.
 
     ``what`` names the file's role in the message ("scenario", "cluster file"...).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # /dev/zero or a huge file: never all of it
+        if len(data) > MAX_FILE_BYTES:
+            raise error(f"{what} is larger than {MAX_FILE_BYTES} bytes: {path}")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"cannot read {what}: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        return load_bounded(text)
+    except _TooLarge as exc:
+        raise error(f"{what}: {exc}") from None
     except yaml.YAMLError as exc:
         raise error(f"{what} is not valid YAML: {exc}") from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def load_bounded(text: str) -> object:
+    """``yaml.safe_load``, refusing documents that expand beyond ``MAX_NODES`` nodes."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_expansion(root)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Count the nodes ``root`` stands for, each alias as its whole target, without
+    expanding anything: every distinct node is sized once, from its children's sizes."""
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk: the nesting of a hostile file must not hit the
+    # recursion limit here.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes and sizes[key] >= 0:
+            continue
+        children = _children(node)
+        if not children_done:
+            if sizes.get(key) == -1:
+                raise _TooLarge("an alias refers to a node that contains it (a recursive alias)")
+            sizes[key] = -1  # in progress
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if sizes.get(id(c), -2) < 0)
+            continue
+        total = 1
+        for c in children:
+            size = sizes.get(id(c), -1)
+            if size < 0:
+                raise _TooLarge("an alias refers to a node that contains it (a recursive alias)")
+            total += size
+            if total > MAX_NODES:
+                raise _TooLarge(
+                    f"the document expands to more than {MAX_NODES} values (through aliases)"
+                )
+        sizes[key] = total
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def at(path: str, key: str | int) -> str:
@@ -65,7 +138,7 @@ def mapping(
     allowed = set(required) | set(optional)
     for key in raw:
         if not isinstance(key, str):
-            raise ScenarioError(f"{where}: field names must be strings, got {key!r}")
+            raise ScenarioError(f"{where}: field names must be strings, got {shown(key)}")
         if key not in allowed:
             expected = ", ".join(sorted(allowed))
             raise ScenarioError(f"{at(path, key)}: unknown field (expected one of: {expected})")
@@ -91,7 +164,7 @@ def name(raw: object, path: str) -> str:
     """An object name: non-empty, and free of ``/`` (ids are ``namespace/name``)."""
     text = string(raw, path)
     if "/" in text or text.strip() != text:
-        raise ScenarioError(f"{path}: bad name {text!r} (no '/' or surrounding spaces)")
+        raise ScenarioError(f"{path}: bad name {shown(text)} (no '/' or surrounding spaces)")
     return text
 
 
@@ -101,18 +174,27 @@ def number(raw: object, path: str, *, positive: bool = False) -> float:
         raise ScenarioError(f"{path}: expected a number, got {_kind(raw)}")
     value = float(raw)
     if not math.isfinite(value):
-        raise ScenarioError(f"{path}: expected a finite number, got {raw!r}")
+        raise ScenarioError(f"{path}: expected a finite number, got {shown(raw)}")
     if value < 0 or (positive and value == 0):
         sign = "positive" if positive else "non-negative"
-        raise ScenarioError(f"{path}: expected a {sign} number, got {raw!r}")
+        raise ScenarioError(f"{path}: expected a {sign} number, got {shown(raw)}")
     return value
 
 
-def integer(raw: object, path: str, *, minimum: int | None = None) -> int:
+# Beyond int64 no column or Kubernetes field holds it.
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def integer(
+    raw: object, path: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise ScenarioError(f"{path}: expected an integer, got {_kind(raw)}")
     if minimum is not None and raw < minimum:
-        raise ScenarioError(f"{path}: expected an integer >= {minimum}, got {raw}")
+        raise ScenarioError(f"{path}: expected an integer >= {minimum}, got {shown(raw)}")
+    top = INT64[1] if maximum is None else maximum
+    if raw > top or raw < INT64[0]:
+        raise ScenarioError(f"{path}: expected an integer <= {top}, got {shown(raw)}")
     return raw
 
 
@@ -123,9 +205,9 @@ def fraction(raw: object, path: str) -> Fraction:
     try:
         value = Fraction(str(raw))
     except (ValueError, ZeroDivisionError):
-        raise ScenarioError(f"{path}: expected a number, got {raw!r}") from None
+        raise ScenarioError(f"{path}: expected a number, got {shown(raw)}") from None
     if value < 0:
-        raise ScenarioError(f"{path}: expected a non-negative number, got {raw!r}")
+        raise ScenarioError(f"{path}: expected a non-negative number, got {shown(raw)}")
     return value
 
 
@@ -156,14 +238,14 @@ def choice(enum: type[E], raw: object, path: str) -> E:
         if member.value == raw:
             return member
     options = ", ".join(str(m.value) for m in enum)
-    raise ScenarioError(f"{path}: expected one of {options}, got {raw!r}")
+    raise ScenarioError(f"{path}: expected one of {options}, got {shown(raw)}")
 
 
 def unique(seen: dict[str, str], key: str, path: str, what: str) -> None:
     """Record ``key`` as defined at ``path``; a second definition is an error."""
     first = seen.get(key)
     if first is not None:
-        raise ScenarioError(f"{path}: duplicate {what} {key!r} (first defined at {first})")
+        raise ScenarioError(f"{path}: duplicate {what} {shown(key)} (first defined at {first})")
     seen[key] = path
 
 
@@ -171,11 +253,11 @@ def _kind(raw: object) -> str:
     if raw is None:
         return "nothing (null)"
     if isinstance(raw, bool):
-        return f"a boolean ({raw!r})"
+        return f"a boolean ({shown(raw)})"
     if isinstance(raw, str):
-        return f"a string ({raw!r})"
+        return f"a string ({shown(raw)})"
     if isinstance(raw, int | float):
-        return f"a number ({raw!r})"
+        return f"a number ({shown(raw)})"
     if isinstance(raw, list):
         return "a list"
     if isinstance(raw, Mapping):
