@@ -174,7 +174,7 @@ class SchedulerLoop:
             self._adopt(token)
         now = self._clock.now()
         phases = _Phases()
-        finished = self._record_finished(now)
+        finished = self._record_finished(token, now)
         phases.done("finish")
         state = self._mirror.refresh(self._engine, now=now)
         self._next_requeue = state.next_requeue()
@@ -259,11 +259,14 @@ class SchedulerLoop:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
         return persisted
 
-    def _record_finished(self, now: float) -> list[WorkloadId]:
+    def _record_finished(self, token: LeaderToken, now: float) -> list[WorkloadId]:
         self._unreported.extend(self._backend.poll_finished(now))
         if not self._unreported:
             return []
         with self._engine.begin() as conn:  # all of them, or (on an error) none, kept for later
+            # Fenced like every write of a leader: one that lost its lock while paused
+            # would otherwise finish a workload its successor has admitted again.
+            fence(conn, token)
             done = finish_many(conn, self._unreported, now=now)
             notify(conn, "finished")
         for wid in set(self._unreported).difference(done):
@@ -294,6 +297,7 @@ class SchedulerLoop:
                 self._retry(token, partial(self._backend.stop, a.workload.id))
                 try:
                     with self._engine.begin() as conn:
+                        fence(conn, token)
                         finish_workload(conn, a.workload.id, now=now, reason="MaxRuntimeExceeded")
                     self._metrics.observe_finished("MaxRuntimeExceeded")
                 except StateConflict:

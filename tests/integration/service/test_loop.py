@@ -16,6 +16,7 @@ from queuemgr.service.fakes import FakeClock
 from queuemgr.service.loop import SERVICE_POLICY
 from queuemgr.store import codec
 from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
+from queuemgr.store.leadership import NotLeader, holder_pid
 from queuemgr.store.notify import finish_workload, submit_workload
 from queuemgr.store.transitions import evict
 from tests.integration.service.helpers import make_loop, placements, states
@@ -348,3 +349,28 @@ def test_a_victim_is_requeued_with_backoff_and_not_admitted_before_it_ends(
         elector.stop()
     x0 = _row(engine, "borrower", "x0")
     assert (x0["state"], x0["evictions"], x0["requeue_at"]) == ("Admitted", 1, None)
+
+
+# -- every write of a leader is fenced --------------------------------------------------
+
+
+def test_a_leader_that_lost_its_lock_records_no_finish(engine: Engine) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        submit_workload(conn, gang("long-1", created_at=1_700_000_000.0))
+    loop, elector, backend = make_loop(engine)
+    assert elector.step()
+    try:
+        loop.run_once()
+        assert states(engine)["long-1"] == "Admitted"
+        # Its lock session ends while it is paused; a successor may admit long-1 again.
+        with engine.connect() as conn:
+            pid = holder_pid(conn)
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            conn.commit()
+        backend.finish(WorkloadId("team-a/long-1"))  # what it saw before the pause
+        with pytest.raises(NotLeader):
+            loop.run_once()
+        assert states(engine)["long-1"] == "Admitted"  # not finished by the stale leader
+    finally:
+        elector.stop()
