@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from queuemgr.core.resources import format_quantity
@@ -66,7 +67,7 @@ def print_table(
     for c in columns:
         t.add_column(c, overflow="fold")
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*("" if v is None else markup_escape(printable(str(v))) for v in r))
     out = console()
     with out.capture() as captured:
         out.print(t)
@@ -78,7 +79,18 @@ def print_fields(pairs: Sequence[tuple[str, object]]) -> None:
     """A ``Key: value`` block, as ``kubectl describe`` prints."""
     width = max((len(k) for k, _ in pairs), default=0) + 1
     for key, value in pairs:
-        click.echo(f"{key + ':':<{width}} {'' if value is None else value}")
+        click.echo(f"{key + ':':<{width}} {'' if value is None else printable(str(value))}")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as escapes (``\\n``, ``\\x1b``).
+
+    A name may hold anything a tenant typed: a newline would split a table row, and
+    an escape sequence would repaint the admin's terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def vec(v: Mapping[str, int]) -> str:
