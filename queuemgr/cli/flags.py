@@ -29,6 +29,7 @@ from queuemgr.core.model import (
     ReclaimWithinCohort,
     WithinClusterQueue,
 )
+from queuemgr.core.names import NameRule
 from queuemgr.core.snapshot import Config
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import parse_duration
@@ -41,8 +42,11 @@ def namespace(ns: str | None) -> str:
     return out
 
 
-def check_name(value: str, arg: str) -> str:
-    return y.name(value, arg)
+def check_name(value: str, arg: str, rule: NameRule = NameRule.LABEL) -> str:
+    return y.name(value, arg, rule)
+
+
+SUBDOMAIN = NameRule.SUBDOMAIN  # workloads, flavors and nodes; the rest are labels
 
 
 INHERIT = "inherit"  # --ordering: no ordering of the queue's own
@@ -155,7 +159,9 @@ def _nominal(raw: str) -> FlavorQuota:
         raise BadInput(f"--nominal: expected FLAVOR:RES=Q[,RES=Q], got {raw!r}")
     items = tuple(p for p in rest.split(",") if p)
     nominal = quantities(items, f"--nominal {flavor}")
-    return FlavorQuota(flavor=FlavorName(check_name(flavor, "--nominal")), nominal=nominal)
+    return FlavorQuota(
+        flavor=FlavorName(check_name(flavor, "--nominal", SUBDOMAIN)), nominal=nominal
+    )
 
 
 def check_flavors(cq: ClusterQueue, config: Config) -> None:

@@ -31,7 +31,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from queuemgr.cli.common import quantities
 from queuemgr.cli.errors import BadInput, CliError, not_found
-from queuemgr.cli.flags import check_name
+from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.k8s.jobs import UnknownKind
 from queuemgr.k8s.manifest import ManifestError
@@ -152,7 +152,7 @@ def submit_job(
     requests = {r: q for r, q in (i.split("=", 1) for i in items) if q not in ("0", "")}
     limit = None if max_runtime is None else parse_duration(max_runtime, "--max-runtime")
     job = build_job(
-        name=check_name(name, "--name"),
+        name=check_name(name, "--name", SUBDOMAIN),
         namespace=ns,
         queue=check_name(queue, "--queue"),
         image=image,

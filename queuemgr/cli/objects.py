@@ -17,7 +17,7 @@ import click
 
 from queuemgr.cli.common import engine, key_values
 from queuemgr.cli.errors import CliError, handled, not_found
-from queuemgr.cli.flags import check_name
+from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.cli.output import emit, output_option, print_fields, print_table
 from queuemgr.core.model import (
     Cohort,
@@ -53,7 +53,7 @@ def flavor() -> None:
 @handled
 def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -> None:
     """Create ResourceFlavor NAME."""
-    check_name(name, "NAME")
+    check_name(name, "NAME", SUBDOMAIN)
     raw_taints = []
     for t in taints:
         kv, _, effect = t.partition(":")

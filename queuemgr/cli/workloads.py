@@ -15,6 +15,7 @@ exits 1 and suggests the nearest names.
 from __future__ import annotations
 
 import getpass
+import re
 import secrets
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from queuemgr.cli.common import engine, namespace_option, quantities
 from queuemgr.cli.completion import complete_local_queue, complete_workload
 from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.explain import explain, print_why
-from queuemgr.cli.flags import check_name, namespace
+from queuemgr.cli.flags import SUBDOMAIN, check_name, namespace
 from queuemgr.cli.output import age, emit, iso, output_option, print_fields, print_table, vec
 from queuemgr.cli.watch import watch as watch_doc
 from queuemgr.cli.watch import watch_options
@@ -104,7 +105,7 @@ def submit(
         raise BadInput("-f/--image: only in Kubernetes mode (set QUEUEMGR_KUBECONFIG)")
     if queue is None:
         raise BadInput("-q/--queue: required")
-    wname = check_name(name or f"{_user()}-{secrets.token_hex(3)}", "--name")
+    wname = check_name(name or f"{_user()}-{secrets.token_hex(3)}", "--name", SUBDOMAIN)
     items = [f"{GPU}={gpus}"]
     items += [f"{CPU}={cpu}"] if cpu is not None else []
     items += [f"{MEMORY}={memory}"] if memory is not None else []
@@ -133,10 +134,13 @@ def namespace_of(ns: str | None) -> str:
 
 
 def _user() -> str:
+    """The login name as the start of a valid workload name (``John_Doe`` -> ``john-doe``)."""
     try:
-        return getpass.getuser()
+        login = getpass.getuser()
     except (KeyError, OSError):
-        return "job"
+        login = ""
+    cleaned = re.sub(r"[^a-z0-9]+", "-", login.lower())[:40].strip("-")
+    return cleaned or "job"
 
 
 def workload_doc(info: WorkloadInfo) -> dict[str, Any]:

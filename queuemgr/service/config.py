@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from queuemgr.core.names import NameRule
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.service.kube_config import KubernetesSettings, parse_kubernetes
 from queuemgr.service.webhook_config import WebhookConfig, load_webhook_config
@@ -140,7 +141,7 @@ def _field(key: str, value: object, where: str, base: Path) -> dict[str, object]
             raise ConfigError(f"{where}: expected HOST:PORT, got {value!r}")
         return {"http_host": host.strip("[]"), "http_port": int(port)}
     if key == "replica":
-        return {key: y.name(value, where)}
+        return {key: y.name(value, where, NameRule.SUBDOMAIN)}
     if key == "scheduler":
         knobs = y.mapping(value or {}, "scheduler", optional=KNOBS)
         after = PreemptorAdmission.AFTER_VICTIMS_STOP.value

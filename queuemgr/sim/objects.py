@@ -26,6 +26,7 @@ from queuemgr.core.model import (
     Toleration,
     WithinClusterQueue,
 )
+from queuemgr.core.names import NameRule
 from queuemgr.core.resources import QuantityError, ResourceName, parse_resources
 from queuemgr.sim import yamlcheck as y
 from queuemgr.sim.knobs import parse_duration
@@ -166,7 +167,7 @@ def parse_quotas(
         m = y.mapping(
             item, p, required=("flavor", "nominal"), optional=("borrowing_limit", "lending_limit")
         )
-        fname = FlavorName(y.name(m["flavor"], at(p, "flavor")))
+        fname = FlavorName(y.name(m["flavor"], at(p, "flavor"), NameRule.SUBDOMAIN))
         if fname not in flavors:
             raise ScenarioError(f"{at(p, 'flavor')}: unknown flavor {fname!r}")
         y.unique(seen, fname, p, "flavor quota")

@@ -32,6 +32,7 @@ from queuemgr.core.model import (
     ResourceFlavor,
     Workload,
 )
+from queuemgr.core.names import NameRule
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.snapshot import Config
 from queuemgr.sim import yamlcheck as y
@@ -96,7 +97,7 @@ def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:
     for i, item in enumerate(y.sequence(raw, "flavors")):
         p = at("flavors", i)
         m = y.mapping(item, p, required=("name",), optional=("node_labels", "taints"))
-        fname = FlavorName(y.name(m["name"], at(p, "name")))
+        fname = FlavorName(y.name(m["name"], at(p, "name"), NameRule.SUBDOMAIN))
         y.unique(seen, fname, p, "flavor")
         out[fname] = ResourceFlavor(
             name=fname,
@@ -117,11 +118,11 @@ def _nodes(raw: object, flavors: Mapping[FlavorName, ResourceFlavor]) -> list[No
             required=("name", "allocatable"),
             optional=("count", "flavor", "labels", "taints", "schedulable"),
         )
-        base = y.name(m["name"], at(p, "name"))
+        base = y.name(m["name"], at(p, "name"), NameRule.SUBDOMAIN)
         count = y.integer(m.get("count", 1), at(p, "count"), minimum=1)
         labels = y.string_map(m.get("labels", {}), at(p, "labels"))
         if "flavor" in m:
-            fname = y.name(m["flavor"], at(p, "flavor"))
+            fname = y.name(m["flavor"], at(p, "flavor"), NameRule.SUBDOMAIN)
             flavor = flavors.get(FlavorName(fname))
             if flavor is None:
                 raise ScenarioError(f"{at(p, 'flavor')}: unknown flavor {fname!r}")
@@ -260,7 +261,7 @@ def _workloads(raw: object, lqs: Mapping[tuple[str, str], LocalQueue]) -> list[S
             optional=optional,
         )
         ns = y.name(m["namespace"], at(p, "namespace"))
-        wname = y.name(m["name"], at(p, "name"))
+        wname = y.name(m["name"], at(p, "name"), NameRule.SUBDOMAIN)
         # count > 1 stands for NAME-0 .. NAME-(count-1), submitted submit_every apart.
         count = y.integer(m.get("count", 1), at(p, "count"), minimum=1)
         every = y.number(m.get("submit_every", 0), at(p, "submit_every"))

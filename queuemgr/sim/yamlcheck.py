@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import yaml
 
+from queuemgr.core.names import NameRule, name_problem
 from queuemgr.core.values import shown
 
 E = TypeVar("E", bound=Enum)
@@ -160,11 +161,12 @@ def string(raw: object, path: str) -> str:
     return raw
 
 
-def name(raw: object, path: str) -> str:
-    """An object name: non-empty, and free of ``/`` (ids are ``namespace/name``)."""
+def name(raw: object, path: str, rule: NameRule = NameRule.LABEL) -> str:
+    """An object name by the Kubernetes ``rule`` (see :mod:`queuemgr.core.names`)."""
     text = string(raw, path)
-    if "/" in text or text.strip() != text:
-        raise ScenarioError(f"{path}: bad name {shown(text)} (no '/' or surrounding spaces)")
+    why = name_problem(text, rule)
+    if why is not None:
+        raise ScenarioError(f"{path}: bad name {shown(text)}: {why}")
     return text
 
 

@@ -197,9 +197,10 @@ def test_preemption_min_runtime_from_the_command_line(cli: Invoke, applied: Path
 def test_hostile_names_are_data_not_sql(cli: Invoke, applied: Path) -> None:
     hostile = "x'; DROP TABLE workloads; --\u00e9" + "z" * 10_000
     r = cli("cq", "describe", hostile)
-    assert r.exit_code == 1 and "not found" in r.output
+    assert r.exit_code == 1 and "not found" in r.output  # looked up as data
     s = cli("submit", "-q", "default", "-n", "team-b", "--name", hostile, "--gpus", "1")
-    assert s.exit_code == 0, s.output[:300]
-    assert json.loads(cli("list", "-n", "team-b", "-o", "json").stdout)["workloads"][0]["name"] == (
-        hostile
-    )
+    assert s.exit_code == 2 and s.output.startswith("error: --name: bad name"), s.output[:300]
+    ok = cli("submit", "-q", "default", "-n", "team-b", "--name", "after", "--gpus", "1")
+    assert ok.exit_code == 0, ok.output[:300]  # the workloads table is still there
+    listed = json.loads(cli("list", "-n", "team-b", "-o", "json").stdout)["workloads"]
+    assert [w["name"] for w in listed] == ["after"]

@@ -91,3 +91,43 @@ def test_hostile_input_is_data_or_a_clear_error(
         assert after.keys() == before.keys(), kind  # nothing dropped
         if r.exit_code != 0:  # a refused or failed command wrote nothing at all
             assert after == before, kind
+
+
+# Names Kubernetes would refuse, and the field each create command names in its error.
+BAD_NAMES = {
+    "upper-underscore": "Team_A",
+    "long": "a" * 300,  # past both the 63 of a label and the 253 of a subdomain
+    "space": "team a",
+    "newline": "team-a\nteam-b",
+    "ansi": "\x1b[31mteam",
+    "ten-megabytes": "z" * 10_000_000,
+}
+CREATES = {
+    "cq-create": (("cq", "create", "H", "--nominal", "h100:nvidia.com/gpu=8"), "NAME"),
+    "cq-cohort": (("cq", "create", "x", "--cohort", "H", "--nominal", "h100:cpu=1"), "--cohort"),
+    "lq-create": (("lq", "create", "H", "-n", "team-a", "--cluster-queue", "team-a"), "NAME"),
+    "lq-namespace": (("lq", "create", "x", "-n", "H", "--cluster-queue", "team-a"), "--namespace"),
+    "cohort-create": (("cohort", "create", "H"), "NAME"),
+    "flavor-create": (("flavor", "create", "H", "--label", "gpu=h100"), "NAME"),
+    "submit-name": (
+        ("submit", "-q", "default", "-n", "team-b", "--name", "H", "--", "x"),
+        "--name",
+    ),
+    "submit-queue": (("submit", "-q", "H", "-n", "team-b", "--", "x"), "--queue"),
+    "submit-namespace": (("submit", "-q", "default", "-n", "H", "--", "x"), "--namespace"),
+}
+
+
+@pytest.mark.parametrize(("command", "field"), list(CREATES.values()), ids=list(CREATES))
+def test_a_name_kubernetes_would_refuse_is_refused_naming_the_field(
+    cli: Invoke, applied: Path, engine: Engine, command: tuple[str, ...], field: str
+) -> None:
+    for kind, value in BAD_NAMES.items():
+        before = _tables(engine)
+        r = cli(*(value if a == "H" else a for a in command))
+        no_traceback(r)
+        assert r.exit_code == 2, (kind, r.output[:300])
+        assert r.output.startswith(f"error: {field}: bad name"), (kind, r.output[:300])
+        assert len(r.output) < 500, kind  # the value is quoted bounded, not echoed whole
+        assert "\n" not in r.output.rstrip("\n") and "\x1b" not in r.output, kind
+        assert _tables(engine) == before, kind
