@@ -9,7 +9,7 @@ which is how the service will feed it from the store.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from queuemgr.core.model import WorkloadId
@@ -158,16 +158,24 @@ def run(
     until: float | None = None,
     pace_s: float = 0.0,
     events: list[Event] | None = None,
+    after_first_cycle: Callable[[], None] | None = None,
 ) -> Engine:
     """Run :func:`scenario` with ``metrics`` attached; ``pace_s`` sleeps after each cycle.
 
     Pacing spreads the cycles over wall time so a real Prometheus scraping
     every second sees the counters move. ``events`` collects what the engine emits.
+    ``after_first_cycle`` runs once, after the first cycle is observed: a test
+    waits there for a scrape of the series that cycle exported at 0, as a
+    service's first scrape comes long before its first preemption.
     """
     sc = parse_scenario(scenario())
+    first = [after_first_cycle]
 
     def observer(now: float, snap: Snapshot, decisions: Decisions, took: float) -> None:
         metrics.observe_cycle(snap, decisions, took, now)
+        hook, first[0] = first[0], None
+        if hook is not None:
+            hook()
         if pace_s:
             time.sleep(pace_s)
 

@@ -17,7 +17,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import pytest
@@ -62,8 +62,22 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             box: list[Engine] = []
             events: list[Event] = []
             started = time.time()
+
+            def zeros_scraped() -> None:
+                # Without a scrape of the 0 before a preemption, rate() has one sample
+                # and cannot show it; the first preemption comes a few cycles in.
+                wait("a scrape of the preemption series at 0", _zeros_seen(prom), 30)
+
             sim = threading.Thread(
-                target=lambda: box.append(run(metrics, until=UNTIL, pace_s=0.06, events=events))
+                target=lambda: box.append(
+                    run(
+                        metrics,
+                        until=UNTIL,
+                        pace_s=0.06,
+                        events=events,
+                        after_first_cycle=zeros_scraped,
+                    )
+                )
             )
             sim.start()
             sim.join(timeout=120)
@@ -80,6 +94,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def _zeros_seen(prom: Prom) -> Callable[[], bool]:
+    def seen() -> bool:
+        series = prom.query("queuemgr_preemptions_total == 0")
+        return {(s["metric"]["cluster_queue"], s["metric"]["reason"]) for s in series} >= set(
+            PREEMPTIONS
+        )
+
+    return seen
 
 
 def test_every_dashboard_query_runs_and_returns_data(live: Live) -> None:
