@@ -6,13 +6,17 @@ between states; one table of legal moves keeps them from disagreeing.
 What must stay true: ``Pending -> Admitted -> Finished``,
 ``Admitted -> Evicted -> Pending``, and ``Pending <-> Inadmissible`` are the
 only moves (plus cancelling a workload that has not finished); every state
-carries a reason, and no workload is ever dropped by a transition.
+carries a reason, and no workload is ever dropped by a transition. A run's
+end names the admission it ends (:class:`RunEnd`), so an end reported late
+(by a paused leader, or for a run since evicted) never finishes a later run.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from queuemgr.core.model import WorkloadId
 
 
 class WorkloadState(enum.Enum):
@@ -36,6 +40,23 @@ _ALLOWED: dict[WorkloadState, frozenset[WorkloadState]] = {
 
 class IllegalTransition(ValueError):
     pass
+
+
+# Two admissions of one workload are far further apart than this (an eviction, a
+# stop and a requeue lie between them); the store keeps microseconds.
+SAME_ADMISSION_S = 0.001
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunEnd:
+    """A gang's run ended on its own: which workload, and the admission it ran under.
+
+    ``admitted_at`` is that admission's time; None when the reporter cannot tell
+    (a Job started before runs were named), which ends whatever admission is current.
+    """
+
+    workload: WorkloadId
+    admitted_at: float | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

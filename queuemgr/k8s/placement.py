@@ -8,7 +8,8 @@ are only recorded in an annotation for people to read).
 What must stay true: value objects are frozen and keyword-only; a pod set is
 pinned to a topology domain only when all its pods landed in that one domain;
 the recorded placement is deterministic JSON (keys sorted) so that re-applying
-the same admission patches nothing.
+the same admission patches nothing; it names the admission's time, which the
+job's completion reports so that only that run is finished.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Placement:
     flavor: str
     node_labels: Mapping[str, str]
     pod_sets: tuple[PodSetAssignment, ...] = ()
+    # The admission's time: the job's completion names the run it ends by it.
+    admitted_at: float | None = None
 
     @classmethod
     def of(
@@ -45,6 +48,8 @@ class Placement:
         flavor: ResourceFlavor,
         pod_sets: Sequence[PodSet],
         node_labels: Mapping[NodeName, Mapping[str, str]],
+        *,
+        admitted_at: float | None = None,
     ) -> Placement:
         """From a core admission; a pod set with a topology whose pods all landed in one
         domain of it is pinned to that domain."""
@@ -66,6 +71,7 @@ class Placement:
             flavor=flavor.name,
             node_labels=dict(flavor.node_labels),
             pod_sets=tuple(assignments),
+            admitted_at=admitted_at,
         )
 
     def assignment(self, pod_set: str) -> PodSetAssignment | None:
@@ -73,7 +79,7 @@ class Placement:
 
     def record(self) -> str:
         """The placement annotation's value: compact JSON, keys sorted."""
-        body = {
+        body: dict[str, object] = {
             "clusterQueue": self.cluster_queue,
             "flavor": self.flavor,
             "podSets": {
@@ -84,7 +90,22 @@ class Placement:
                 for a in self.pod_sets
             },
         }
+        if self.admitted_at is not None:
+            body["admittedAt"] = self.admitted_at
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_admission(record: str | None) -> float | None:
+    """The admission time a placement annotation names; None when absent or unreadable."""
+    if not record:
+        return None
+    try:
+        value = json.loads(record).get("admittedAt")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.service.ports import BackendError
 
@@ -30,7 +31,7 @@ class FakeBackend:
         self.max_in_flight = 0  # the most start calls seen running at once
         self._in_flight = 0
         self._running: dict[WorkloadId, AdmittedWorkload] = {}
-        self._finished: list[WorkloadId] = []
+        self._finished: list[RunEnd] = []
         self.start_calls: Counter[WorkloadId] = Counter()
         self.stop_calls: Counter[WorkloadId] = Counter()
         self.fail_starts = 0  # the next N start calls raise BackendError
@@ -63,7 +64,7 @@ class FakeBackend:
         with self._lock:
             return set(self._running)
 
-    def poll_finished(self, now: float) -> list[WorkloadId]:
+    def poll_finished(self, now: float) -> list[RunEnd]:
         with self._lock:
             done, self._finished = self._finished, []
             return done
@@ -75,8 +76,9 @@ class FakeBackend:
     def finish(self, workload_id: WorkloadId) -> None:
         """The gang ends on its own; the next poll reports it."""
         with self._lock:
-            if self._running.pop(workload_id, None) is not None:
-                self._finished.append(workload_id)
+            run = self._running.pop(workload_id, None)
+            if run is not None:
+                self._finished.append(RunEnd(workload=workload_id, admitted_at=run.admitted_at))
 
 
 class FakeClock:

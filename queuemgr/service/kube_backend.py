@@ -33,13 +33,15 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
+from queuemgr.k8s import manifest as m
 from queuemgr.k8s.cluster import WORKLOAD_LABEL, ClusterWatch, JobRef, Topic, pod_done
-from queuemgr.k8s.jobframework import JobBase
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, JobBase
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import Patch, Token, guard, set_value
-from queuemgr.k8s.placement import Placement
+from queuemgr.k8s.placement import Placement, recorded_admission
 from queuemgr.k8s.reflector import Change, Obj
 from queuemgr.service.ports import BackendError
 
@@ -92,7 +94,7 @@ class KubernetesBackend:
         self._flavors = flavors
         self._stop_timeout = stop_timeout
         self._lock = threading.Lock()
-        self._completed: list[WorkloadId] = []
+        self._completed: list[RunEnd] = []
         self._reported: set[WorkloadId] = set()
         self._wake: Callable[[], None] = lambda: None
         watch.add_listener(self._on_change)
@@ -120,7 +122,8 @@ class KubernetesBackend:
             if wid in self._reported:
                 return
             self._reported.add(wid)
-            self._completed.append(wid)
+            note = m.annotation_map(ref.job.obj).get(PLACEMENT_ANNOTATION) if ref else None
+            self._completed.append(RunEnd(workload=wid, admitted_at=recorded_admission(note)))
         self._wake()
 
     def _ready(self) -> None:
@@ -155,7 +158,13 @@ class KubernetesBackend:
             NodeName(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {})
             for n in self.watch.nodes()
         }
-        placement = Placement.of(admitted.admission, flavor, admitted.workload.pod_sets, labels)
+        placement = Placement.of(
+            admitted.admission,
+            flavor,
+            admitted.workload.pod_sets,
+            labels,
+            admitted_at=admitted.admitted_at,
+        )
         patch = job.run_with(placement) + workload_label_patch(job)
         self._patch(ref, patch, "start")
 
@@ -199,7 +208,7 @@ class KubernetesBackend:
                 continue
         return out
 
-    def poll_finished(self, now: float) -> list[WorkloadId]:
+    def poll_finished(self, now: float) -> list[RunEnd]:
         with self._lock:
             done, self._completed = self._completed, []
         return done

@@ -45,6 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import LocalQueueKey, UsageTracker, decayed
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, WorkloadId
 from queuemgr.core.policy import OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
@@ -57,7 +58,7 @@ from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
-from queuemgr.store.notify import evicted_workloads, finish_workload, notify, requeue_workload
+from queuemgr.store.notify import evicted_workloads, notify, requeue_workload
 from queuemgr.store.repository import StoredState
 from queuemgr.store.transitions import evict, finish_many
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
@@ -139,7 +140,7 @@ class SchedulerLoop:
         self._safety_due = True
         self._last_sample: float | None = None
         self._adopted: LeaderToken | None = None
-        self._unreported: list[WorkloadId] = []  # finished, not yet written to the store
+        self._unreported: list[RunEnd] = []  # finished, not yet written to the store
         self._gauges = GaugePacer()
         self._starter: ThreadPoolExecutor | None = None  # made for the first concurrent starts
         self._eta = EtaTracker()  # the first ETA each pending workload was given
@@ -269,8 +270,9 @@ class SchedulerLoop:
             fence(conn, token)
             done = finish_many(conn, self._unreported, now=now)
             notify(conn, "finished")
-        for wid in set(self._unreported).difference(done):
-            log.info("finished workload %s was no longer running in the store", wid)
+        for end in self._unreported:
+            if end.workload not in done:
+                log.info("a run of %s ended, but not the run the store has", end.workload)
         for _ in done:
             self._metrics.observe_finished("Succeeded")
         self._unreported.clear()
@@ -298,8 +300,11 @@ class SchedulerLoop:
                 try:
                     with self._engine.begin() as conn:
                         fence(conn, token)
-                        finish_workload(conn, a.workload.id, now=now, reason="MaxRuntimeExceeded")
-                    self._metrics.observe_finished("MaxRuntimeExceeded")
+                        run = RunEnd(workload=a.workload.id, admitted_at=a.admitted_at)
+                        done = finish_many(conn, [run], now=now, reason="MaxRuntimeExceeded")
+                        notify(conn, "finished")
+                    if done:
+                        self._metrics.observe_finished("MaxRuntimeExceeded")
                 except StateConflict:
                     pass
 

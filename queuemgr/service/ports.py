@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 
 
@@ -45,8 +46,8 @@ class ClusterBackend(Protocol):
         """The gangs the backend is running now."""
         ...
 
-    def poll_finished(self, now: float) -> list[WorkloadId]:
-        """Gangs that finished since the last poll (each reported once)."""
+    def poll_finished(self, now: float) -> list[RunEnd]:
+        """Runs that ended since the last poll (each reported once), naming their admission."""
         ...
 
     def next_finish(self) -> float | None:

@@ -21,6 +21,7 @@ import heapq
 import threading
 from pathlib import Path
 
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.core.snapshot import Config
 from queuemgr.service.ports import Clock
@@ -53,6 +54,7 @@ class SimulatedBackend:
         self._clock = clock
         self._default_runtime = default_runtime
         self._lock = threading.Lock()
+        self._admitted: dict[WorkloadId, float] = {}  # the admission each run started under
         self._ends: dict[WorkloadId, float] = {}
         # (end time, workload id); entries of stopped gangs are skipped lazily.
         self._heap: list[tuple[float, WorkloadId]] = []
@@ -72,24 +74,26 @@ class SimulatedBackend:
             # A gang adopted after a failover keeps its original end time.
             end = max(self._clock.now(), admitted.admitted_at + self.runtime_of(admitted))
             self._ends[wid] = end
+            self._admitted[wid] = admitted.admitted_at
             heapq.heappush(self._heap, (end, wid))
 
     def stop(self, workload_id: WorkloadId) -> None:
         with self._lock:
             self._ends.pop(workload_id, None)
+            self._admitted.pop(workload_id, None)
 
     def running(self) -> set[WorkloadId]:
         with self._lock:
             return set(self._ends)
 
-    def poll_finished(self, now: float) -> list[WorkloadId]:
-        done: list[WorkloadId] = []
+    def poll_finished(self, now: float) -> list[RunEnd]:
+        done: list[RunEnd] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
                 end, wid = heapq.heappop(self._heap)
                 if self._ends.get(wid) == end:
                     del self._ends[wid]
-                    done.append(wid)
+                    done.append(RunEnd(workload=wid, admitted_at=self._admitted.pop(wid)))
         return done
 
     def next_finish(self) -> float | None:

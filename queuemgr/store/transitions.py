@@ -8,7 +8,7 @@ lifecycle (``queuemgr.core.lifecycle``) allows it to leave, bumping
 ``version``; a workload in any other state (or missing) raises
 :class:`~queuemgr.store.workloads.StateConflict` and nothing is written
 (:func:`finish_many`, the loop's batch of finishes, skips it and says which
-ones it moved);
+ones it moved; it finishes only the admission each end names);
 leaving Admitted deletes the workload's placements, which are live occupancy;
 a preemption counts in ``evictions``, and the requeue that follows it sets
 ``requeue_at`` (the backoff) in the same UPDATE; a finish or cancel ends a
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
 
-from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.lifecycle import SAME_ADMISSION_S, RunEnd, WorkloadState
 from queuemgr.core.model import WorkloadId
 from queuemgr.store import codec
 from queuemgr.store.workloads import StateConflict, atomic
@@ -159,32 +159,39 @@ def backoff_message(evictions: int, until: float, delay: float) -> str:
     )
 
 
+# A run's end finishes the admission it names, Admitted or being evicted (a gang
+# that completed while its stop was on the way did complete), never a requeued or
+# later run. The match allows the rounding of a timestamp to microseconds.
 _FINISH_MANY = text("""
 UPDATE workloads AS w
 SET state = 'Finished', reason = :reason, message = :message, state_since = :now,
     finished_at = :now, claim = NULL, version = w.version + 1
-FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
-WHERE w.namespace = d.ns AND w.name = d.name AND w.state <> 'Finished'
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:admitted AS float8[]))
+    AS d(ns, name, admitted)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Admitted', 'Evicted')
+  AND (d.admitted IS NULL
+       OR abs(extract(epoch FROM w.admitted_at) - d.admitted) < :same)
 RETURNING w.id, w.namespace, w.name
 """)
 
 
 def finish_many(
     conn: Connection,
-    wids: Sequence[WorkloadId],
+    ends: Sequence[RunEnd],
     *,
     now: float,
     reason: str = "Succeeded",
     message: str = "",
 ) -> list[WorkloadId]:
-    """:func:`mark_finished` for many workloads in two statements; returns those it finished.
+    """Finish the runs that ``ends`` report, in two statements; returns those it finished.
 
-    A workload already finished (or missing) is skipped, not an error: the
-    caller learns which ones moved from the result.
+    A run that is no longer the workload's current one (finished, requeued,
+    admitted again, or missing) is skipped, not an error: the caller learns
+    which ones moved from the result.
     """
-    if not wids:
+    if not ends:
         return []
-    names = [wid.partition("/") for wid in wids]
+    names = [e.workload.partition("/") for e in ends]
     with atomic(conn):
         rows = conn.execute(
             _FINISH_MANY,
@@ -194,6 +201,8 @@ def finish_many(
                 "now": codec.timestamp(now),
                 "ns": [ns for ns, _, _ in names],
                 "names": [name for _, _, name in names],
+                "admitted": [e.admitted_at for e in ends],
+                "same": SAME_ADMISSION_S,
             },
         ).all()
         conn.execute(

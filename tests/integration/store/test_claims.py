@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
+from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import Decisions, PendingReason
@@ -124,7 +125,7 @@ def test_the_admission_on_the_claim_clears_it_and_a_requeue_backs_off(engine: En
     assert done.claims_written == 0  # the admission cleared it, in the same UPDATE
 
     with engine.begin() as conn:  # the room is free again: x0 still waits out its backoff
-        finish_many(conn, [MINE], now=NOW + 30)
+        finish_many(conn, [RunEnd(workload=MINE, admitted_at=None)], now=NOW + 30)
     assert [w.id for w in load_state(engine, now=NOW + 79.9).pending] == []
     state = load_state(engine, now=NOW + 80)
     assert [w.id for w in state.pending] == [X0] and not state.backing_off

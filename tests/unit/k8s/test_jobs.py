@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -30,6 +31,7 @@ from queuemgr.k8s.jobs import (
     job_for,
 )
 from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.placement import recorded_admission
 from tests.unit.k8s.helpers import apply_patch, manifest
 
 GPU, CPU, MEM = ResourceName("nvidia.com/gpu"), ResourceName("cpu"), ResourceName("memory")
@@ -432,3 +434,23 @@ def test_placement_of_a_core_admission_pins_a_single_topology_domain() -> None:
     spread = Placement.of(admission(("n1", 2), ("n3", 2)), flavor, [ps], nodes)
     assert spread.pod_sets[0].topology is None
     assert dict(spread.pod_sets[0].nodes) == {"n1": 2, "n3": 2}
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_a_running_job_names_its_admission_and_a_stopped_one_does_not(name: str) -> None:
+    original = apply_patch(manifest(name), job_for(manifest(name)).suspend().as_json())
+    admitted = dataclasses.replace(H100, admitted_at=1_700_000_123.456789)
+    running = apply_patch(original, job_for(original).run_with(admitted).as_json())
+    note = running["metadata"]["annotations"][PLACEMENT_ANNOTATION]
+    assert recorded_admission(note) == 1_700_000_123.456789
+    stopped = apply_patch(running, job_for(running).suspend().as_json())
+    assert PLACEMENT_ANNOTATION not in stopped["metadata"].get("annotations", {})
+
+
+@pytest.mark.parametrize(
+    "note",
+    [None, "", "not json", "[]", '{"admittedAt": "soon"}', '{"admittedAt": true}', "{}"],
+    ids=["absent", "empty", "bad-json", "a-list", "a-string", "a-bool", "unnamed"],
+)
+def test_an_unreadable_admission_note_names_no_admission(note: str | None) -> None:
+    assert recorded_admission(note) is None

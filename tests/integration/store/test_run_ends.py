@@ -1,0 +1,82 @@
+"""A run's end finishes the admission it names, and no other.
+
+The defect it guards: finishes went by name from any state, so an end
+reported late (by a leader paused past its lock, or for a run since evicted
+and requeued) finished the workload's next run: its quota and placements
+were freed while it ran. Each end now names its admission's time.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine
+
+from queuemgr.core.lifecycle import RunEnd
+from queuemgr.core.model import WorkloadId
+from queuemgr.store import workloads as store
+from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import evict, finish_many, requeue
+from tests.integration.store.helpers import job, seed_lenders
+from tests.integration.store.test_claims import _column, _commit
+
+pytestmark = pytest.mark.integration
+
+NOW = 1_700_000_100.0
+X0 = WorkloadId("borrower/x0")
+FIRST, SECOND = NOW + 10, NOW + 40  # the two admissions of x0
+
+
+def _finish(engine: Engine, admitted_at: float | None, now: float) -> list[WorkloadId]:
+    with engine.begin() as conn:
+        return finish_many(conn, [RunEnd(workload=X0, admitted_at=admitted_at)], now=now)
+
+
+def _admit(engine: Engine, now: float) -> None:
+    decisions, _ = _commit(engine, load_state(engine, now=now), now)
+    assert [a.workload.id for a in decisions.admitted] == [X0]
+
+
+@pytest.fixture
+def requeued(engine: Engine) -> Engine:
+    """x0 ran from FIRST, was preempted at NOW + 20 and is pending again."""
+    seed_lenders(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, job("borrower", "x0", NOW))
+    _admit(engine, FIRST)
+    with engine.begin() as conn:
+        evict(conn, X0, now=NOW + 20, reason="Preempted")
+        requeue(conn, X0, now=NOW + 21)
+    return engine
+
+
+def test_the_end_of_an_evicted_run_does_not_finish_the_requeued_workload(
+    requeued: Engine,
+) -> None:
+    assert _finish(requeued, FIRST, NOW + 30) == []
+    assert _finish(requeued, None, NOW + 30) == []  # nor does an end naming no admission
+    assert _column(requeued, X0, "state::text") == "Pending"
+
+
+def test_the_end_of_an_earlier_run_does_not_finish_the_current_one(requeued: Engine) -> None:
+    _admit(requeued, SECOND)
+    assert _finish(requeued, FIRST, NOW + 50) == []
+    assert _column(requeued, X0, "state::text") == "Admitted"
+    assert load_state(requeued, now=NOW + 50).admitted[0].admitted_at == SECOND  # still placed
+    assert _finish(requeued, SECOND, NOW + 60) == [X0]
+    assert _column(requeued, X0, "state::text") == "Finished"
+    assert not load_state(requeued, now=NOW + 60).admitted
+
+
+def test_an_end_naming_no_admission_finishes_the_current_run(requeued: Engine) -> None:
+    _admit(requeued, SECOND)
+    assert _finish(requeued, None, NOW + 50) == [X0]
+
+
+def test_a_run_that_ended_while_its_stop_was_on_the_way_is_finished(engine: Engine) -> None:
+    seed_lenders(engine)
+    with engine.begin() as conn:
+        store.insert_workload(conn, job("borrower", "x0", NOW))
+    _admit(engine, FIRST)
+    with engine.begin() as conn:
+        evict(conn, X0, now=NOW + 20, reason="Preempted")
+    assert _finish(engine, FIRST, NOW + 20.5) == [X0]  # it completed: it is not run again
