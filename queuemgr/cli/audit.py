@@ -38,6 +38,8 @@ KINDS = {
     "resourceflavor": "ResourceFlavor",
     "cohort": "Cohort",
     "node": "Node",
+    "grant": "TenantGrant",
+    "tenantgrant": "TenantGrant",
 }
 
 

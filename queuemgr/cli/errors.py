@@ -100,6 +100,8 @@ def handled(f: F) -> F:
         except SQLAlchemyError as exc:
             if isinstance(getattr(exc, "orig", None), psycopg.errors.InsufficientPrivilege):
                 _die(_denied(exc), EXIT_FAILURE)
+            if isinstance(getattr(exc, "orig", None), psycopg.errors.InvalidParameterValue):
+                _die(_first_line(exc), EXIT_BAD_INPUT)  # the submit function's checks
             if debug:
                 traceback.print_exc()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
@@ -112,8 +114,14 @@ def handled(f: F) -> F:
     return debug_option(wrapper)  # type: ignore[return-value]
 
 
+def _first_line(exc: SQLAlchemyError) -> str:
+    return str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+
+
 def _denied(exc: SQLAlchemyError) -> str:
-    first = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    first = _first_line(exc)
+    if first.startswith("namespace "):  # queuemgr_submit or queuemgr_cancel refused it
+        return f"{first}: an admin grants it with `queuemgr grant ROLE NAMESPACE`"
     return (
         f"{first}: changing queues, quotas, flavors, nodes or cohorts needs the "
         f"{ADMIN_ROLE} database role (an admin grants it: GRANT {ADMIN_ROLE} TO <role>)"

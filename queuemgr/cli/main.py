@@ -26,6 +26,7 @@ from queuemgr.cli.audit import audit
 from queuemgr.cli.completion import completion
 from queuemgr.cli.db import db
 from queuemgr.cli.demo import demo
+from queuemgr.cli.grants import grant, grants, revoke
 from queuemgr.cli.objects import cohort, flavor
 from queuemgr.cli.queues import cq, lq, queues
 from queuemgr.cli.quota import quota
@@ -52,7 +53,7 @@ main.add_command(db)
 main.add_command(serve)
 main.add_command(completion)
 main.add_command(demo)
-for _command in (apply, cq, lq, cohort, flavor, quota, queues, usage, audit):
+for _command in (apply, cq, lq, cohort, flavor, quota, queues, usage, audit, grant, revoke, grants):
     main.add_command(_command)
 for _command in (submit, list_, status, why, cancel):
     main.add_command(_command)

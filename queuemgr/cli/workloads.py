@@ -38,7 +38,8 @@ from queuemgr.sim.knobs import parse_duration
 from queuemgr.store import admin
 from queuemgr.store.admin import WorkloadInfo
 from queuemgr.store.config import load_config, os_actor
-from queuemgr.store.notify import finish_workload, submit_workload
+from queuemgr.store.notify import submit_workload
+from queuemgr.store.workloads import cancel_workload
 
 
 @click.command("submit", context_settings={"ignore_unknown_options": True})
@@ -351,11 +352,8 @@ def cancel(name: str, namespace: str | None) -> None:
         info = _one(conn, ns, name)
         if info.row["state"].value == "Finished":
             raise CliError(f"workload {ns}/{name} has already finished ({info.row['reason']})")
-        finish_workload(
-            conn,
-            WorkloadId(f"{ns}/{name}"),
-            now=time.time(),
-            reason="Cancelled",
-            message=f"cancelled by {os_actor()}",
-        )
+        if not cancel_workload(
+            conn, WorkloadId(f"{ns}/{name}"), message=f"cancelled by {os_actor()}"
+        ):
+            raise CliError(f"workload {ns}/{name} has already finished")
     click.echo(f"workload {ns}/{name} cancelled")

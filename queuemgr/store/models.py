@@ -281,3 +281,17 @@ class SchedulerSettings(Base):
     replica: Mapped[str] = mapped_column(Text)
     policy: Mapped[Json]  # the scheduler: knobs (docs/operations.md)
     elected_at: Mapped[datetime]
+
+
+class TenantGrantRow(Base):
+    """A namespace a tenant role may read and submit to (migration 0010's row security).
+
+    The only source of a tenant's reach: row-level security and the submit and
+    cancel functions read it. Admins change it through ``queuemgr grant``.
+    """
+
+    __tablename__ = "tenant_grants"
+    role_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    granted_by: Mapped[str] = mapped_column(Text)
+    granted_at: Mapped[datetime] = mapped_column(server_default=func.now())

@@ -31,11 +31,12 @@ def notify(conn: Connection, event: str) -> None:
 
 
 def submit_workload(conn: Connection, w: Workload) -> int:
-    """Insert ``w`` as Pending and wake the scheduler; WorkloadExists for a duplicate."""
-    with atomic(conn):
-        wid = insert_workload(conn, w)
-        notify(conn, "submitted")
-    return wid
+    """Insert ``w`` as Pending and wake the scheduler; WorkloadExists for a duplicate.
+
+    ``queuemgr_submit`` (the database function behind :func:`insert_workload`)
+    sends the notification itself.
+    """
+    return insert_workload(conn, w)
 
 
 def finish_workload(

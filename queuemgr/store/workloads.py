@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from queuemgr.core.claims import Claim
@@ -48,7 +48,6 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.reasons import Decisions, PendingReason
 from queuemgr.store import codec
-from queuemgr.store.models import PodSetRow, WorkloadRow
 
 
 class StateConflict(RuntimeError):
@@ -76,31 +75,48 @@ def atomic(conn: Connection) -> Iterator[None]:
 
 
 def insert_workload(conn: Connection, w: Workload) -> int:
-    """Submit ``w`` as Pending; returns its row id. Raises WorkloadExists for a duplicate."""
+    """Submit ``w`` as Pending; returns its row id. Raises WorkloadExists for a duplicate.
+
+    Through ``queuemgr_submit`` (migration 0010), the one way into the table for
+    every submitter: a tenant has no INSERT of its own, and the function checks
+    its namespace grant, its LocalQueue and the shape of the pod sets. It
+    notifies the scheduler in this transaction.
+    """
     try:
         with atomic(conn):
             wid = conn.execute(
-                insert(WorkloadRow)
-                .values(
-                    namespace=w.namespace,
-                    name=w.name,
-                    local_queue=w.queue,
-                    priority=w.priority,
-                    created_at=codec.timestamp(w.created_at),
-                    max_runtime=w.max_runtime,
-                )
-                .returning(WorkloadRow.id)
+                _SUBMIT,
+                {
+                    "ns": w.namespace,
+                    "name": w.name,
+                    "queue": w.queue,
+                    "priority": w.priority,
+                    "created": codec.timestamp(w.created_at),
+                    "max_runtime": w.max_runtime,
+                    "pod_sets": json.dumps([codec.pod_set(ps) for ps in w.pod_sets]),
+                },
             ).scalar_one()
-            conn.execute(
-                insert(PodSetRow),
-                [
-                    {"workload_id": wid, "position": i, **codec.pod_set(ps)}
-                    for i, ps in enumerate(w.pod_sets)
-                ],
-            )
     except IntegrityError as exc:
         raise WorkloadExists(f"workload {w.id} already exists") from exc
-    return wid
+    return int(wid)
+
+
+_SUBMIT = text(
+    "SELECT queuemgr_submit(:ns, :name, :queue, :priority, :created, :max_runtime,"
+    " CAST(:pod_sets AS jsonb))"
+)
+
+
+def cancel_workload(conn: Connection, wid: WorkloadId, *, message: str) -> bool:
+    """Finish ``wid`` as Cancelled through ``queuemgr_cancel`` (tenants have no UPDATE).
+
+    False when it had already finished. It frees its placements and notifies.
+    """
+    ns, _, name = wid.partition("/")
+    done = conn.execute(
+        text("SELECT queuemgr_cancel(:ns, :name, :why)"), {"ns": ns, "name": name, "why": message}
+    ).scalar_one()
+    return bool(done)
 
 
 Status = tuple[WorkloadState, str, str]  # (state, reason, message) as stored

@@ -1,4 +1,4 @@
-"""Only the queuemgr_admin role changes queues and quotas; tenants submit, read and cancel.
+"""Only the queuemgr_admin role changes queues and quotas (tenants: test_tenant_isolation.py).
 
 Each test creates two login roles of its own on the session's server (roles
 are server-wide, so the names are unique per test), one in ``queuemgr_tenant``
@@ -65,7 +65,7 @@ def _quota(engine: Engine) -> object:
         ).scalar_one()
 
 
-def test_a_tenant_cannot_change_quota_but_can_submit_read_and_cancel(
+def test_a_tenant_cannot_change_quota_or_read_the_audit(
     cli: Invoke, applied: Path, engine: Engine, as_role: Callable[[str], Invoke]
 ) -> None:
     tenant = as_role("queuemgr_tenant")
@@ -83,15 +83,6 @@ def test_a_tenant_cannot_change_quota_but_can_submit_read_and_cancel(
     assert _quota(engine) == before
     audit = tenant("audit")
     assert audit.exit_code == 1 and "permission denied" in audit.output
-    r = tenant(
-        "submit", "-q", "default", "-n", "team-b", "--name", "mine", "--gpus", "1", "--", "x"
-    )
-    assert r.exit_code == 0, r.output
-    for args in (("list", "-n", "team-b"), ("why", "mine", "-n", "team-b"), ("queues", "-A")):
-        r = tenant(*args)
-        assert r.exit_code == 0, (args, r.output)
-    r = tenant("cancel", "mine", "-n", "team-b")
-    assert r.exit_code == 0 and "cancelled" in r.output
 
 
 def test_an_admin_changes_quota_and_the_audit_names_its_role(
