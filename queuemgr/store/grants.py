@@ -54,16 +54,7 @@ def grant(conn: Connection, role: str, namespace: str, *, actor: str) -> bool:
             .on_conflict_do_nothing()
             .returning(TenantGrantRow.role_name)
         ).first()
-        if added is None:
-            return False
-        return _audit(
-            conn,
-            actor=actor,
-            kind=KIND,
-            name=f"{role}/{namespace}",
-            before=None,
-            after={"role": role, "namespace": namespace},
-        )
+        return added is not None and _audited(conn, role, namespace, actor=actor, added=True)
 
 
 def revoke(conn: Connection, role: str, namespace: str, *, actor: str) -> bool:
@@ -77,16 +68,15 @@ def revoke(conn: Connection, role: str, namespace: str, *, actor: str) -> bool:
             .where(TenantGrantRow.role_name == role, TenantGrantRow.namespace == namespace)
             .returning(TenantGrantRow.role_name)
         ).first()
-        if gone is None:
-            return False
-        return _audit(
-            conn,
-            actor=actor,
-            kind=KIND,
-            name=f"{role}/{namespace}",
-            before={"role": role, "namespace": namespace},
-            after=None,
-        )
+        return gone is not None and _audited(conn, role, namespace, actor=actor, added=False)
+
+
+def _audited(conn: Connection, role: str, namespace: str, *, actor: str, added: bool) -> bool:
+    doc = {"role": role, "namespace": namespace}
+    before, after = (None, doc) if added else (doc, None)
+    return _audit(
+        conn, actor=actor, kind=KIND, name=f"{role}/{namespace}", before=before, after=after
+    )
 
 
 def grants(conn: Connection, role: str | None = None) -> Sequence[Grant]:
