@@ -6,7 +6,7 @@ service is built by :class:`queuemgr.service.app.Service`, the composition root.
 What must stay true: a bad configuration value (file key or ``QUEUEMGR_*``
 variable) exits 2 naming it; an unusable database or cluster file exits 1
 (2 for a bad cluster file); never a traceback. SIGTERM stops cleanly and
-releases the leader lock so a standby takes over at once.
+releases the leader's lease so a standby takes over at once.
 """
 
 from __future__ import annotations

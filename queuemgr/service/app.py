@@ -9,7 +9,7 @@ order.
 What must stay true: the service never migrates the database (an operator
 runs ``queuemgr db upgrade``); nodes and queues from the simulated cluster file
 are upserted with an audit row and a NOTIFY before the loop starts; stopping
-releases the leader lock so a standby takes over at once.
+releases the leader's lease so a standby takes over at once.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from queuemgr.store.database import (
     create_engine,
     resolve_url,
 )
-from queuemgr.store.leadership import NotLeader, fence, record_leader
+from queuemgr.store.leadership import NotLeader, fence, may_lead, record_leader
 from queuemgr.store.notify import notify
 
 log = logging.getLogger(__name__)
@@ -97,10 +97,17 @@ class Service:
         try:
             with self.engine.connect() as conn:
                 conn.execute(text("SELECT 1 FROM workloads LIMIT 0"))
+                role = may_lead(conn)  # fails as well on a schema older than the lease
         except SQLAlchemyError:
             raise DatabaseError(
-                "the database has no queuemgr schema: run `queuemgr db upgrade`"
+                "the database has no queuemgr schema, or an older one: run `queuemgr db upgrade`"
             ) from None
+        if role is not None:
+            raise DatabaseError(
+                f"queuemgr serve connects as database role {role!r}, which may not hold the"
+                " scheduler's lease: connect as a member of queuemgr_scheduler or as the"
+                " schema's owner (docs/operations.md, database roles)"
+            )
         # Every replica serves the admission webhook, leader or not (it only reads the store).
         self.webhook = (
             AdmissionWebhook(config.webhook, self.engine) if config.webhook.enabled else None

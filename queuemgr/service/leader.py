@@ -1,16 +1,17 @@
-"""Leader election: one replica schedules, holding a Postgres session advisory lock.
+"""Leader election: one replica schedules, holding the lease row of store/leadership.py.
 
 Why it exists: several replicas may run for availability, but two schedulers
-would admit onto the same free capacity. The lock lives on a dedicated
-connection; when the leader dies (kill -9, lost network, terminated backend)
-Postgres releases it and a standby, retrying every ``retry_interval`` (1 s),
-takes over well within 5 s.
+would admit onto the same free capacity. The lease is held for a dedicated
+connection's backend and renewed at every heartbeat (``retry_interval``, 1 s).
+When the leader dies (kill -9, lost network, terminated backend) its backend
+ends and a standby takes over at its next try, well within 5 s; a leader that
+is alive but silent (paused) loses the lease once it expires.
 
-What must stay true: :attr:`token` is None unless this replica won the lock
-and its connection was alive at the last heartbeat. Holding a token is not
+What must stay true: :attr:`token` is None unless this replica won the lease
+and renewed it at the last heartbeat. Holding a token is not
 proof of leadership (the process may have been paused): every decision
 transaction is fenced with :func:`queuemgr.store.leadership.fence`, which
-checks the lock in the database itself.
+checks the lease in the database itself.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.store.leadership import LeaderToken, release, try_acquire
+from queuemgr.store.leadership import LEASE_TTL, LeaderToken, release, renew, try_acquire
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +38,14 @@ class LeaderElector:
         replica: str,
         metrics: SchedulerMetrics | None = None,
         retry_interval: float = 1.0,
+        lease_ttl: float = LEASE_TTL,
         on_elected: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
         self.replica = replica
         self._metrics = metrics
         self._retry = retry_interval
+        self._ttl = lease_ttl
         self._on_elected = on_elected
         self._conn: Connection | None = None
         self._token: LeaderToken | None = None
@@ -65,13 +68,13 @@ class LeaderElector:
             if self._token is not None and self._alive():
                 return True
             if self._token is not None:
-                log.warning("replica %s lost the leader lock", self.replica)
+                log.warning("replica %s lost the leader lease", self.replica)
                 self._drop()
             try:
                 if self._conn is None:
                     conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
                     self._conn = conn
-                self._token = try_acquire(self._conn)
+                self._token = try_acquire(self._conn, replica=self.replica, ttl=self._ttl)
             except SQLAlchemyError as exc:
                 log.warning("leader election: database unavailable: %s", exc)
                 self._drop()
@@ -85,15 +88,14 @@ class LeaderElector:
         return True
 
     def _alive(self) -> bool:
-        assert self._conn is not None
+        assert self._conn is not None and self._token is not None
         try:
-            self._conn.execute(text("SELECT 1"))
-            return True
+            return renew(self._conn, self._token, ttl=self._ttl)
         except SQLAlchemyError:
             return False
 
     def _drop(self) -> None:
-        """Forget the token and the connection (closing it releases the lock, if held)."""
+        """Forget the token and the connection (its backend's end frees the lease, if held)."""
         self._token = None
         self._set_gauge(False)
         if self._conn is not None:
@@ -123,13 +125,13 @@ class LeaderElector:
             self._stop.wait(self._retry)
 
     def stop(self) -> None:
-        """Stop electing and release the lock (a clean handover, no waiting for a timeout)."""
+        """Stop electing and release the lease (a clean handover, no waiting for it to expire)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
             if self._token is not None and self._conn is not None:
-                # A dead connection has lost the lock already.
+                # A dead connection has lost the lease already.
                 with contextlib.suppress(SQLAlchemyError):
                     release(self._conn)
             self._drop()

@@ -295,3 +295,22 @@ class TenantGrantRow(Base):
     namespace: Mapped[str] = mapped_column(Text, primary_key=True)
     granted_by: Mapped[str] = mapped_column(Text)
     granted_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class SchedulerLeaseRow(Base):
+    """The leader's lease (migration 0011): one row, writable by the scheduler role only.
+
+    ``epoch`` is the fencing token: it grows by one at every change of holder, and
+    it is a key column (unique) on purpose, so that a takeover's UPDATE waits for
+    every in-flight decision transaction holding the row ``FOR KEY SHARE``, while
+    the holder's heartbeat, which leaves the key alone, waits for none of them
+    (store/leadership.py).
+    """
+
+    __tablename__ = "scheduler_lease"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)  # "leader": one row
+    epoch: Mapped[int] = mapped_column(BigInteger, unique=True)
+    holder_pid: Mapped[int | None] = mapped_column(Integer)
+    holder_started: Mapped[datetime | None]
+    replica: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,12 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from queuemgr.cli.main import main
+from queuemgr.service.app import Service
+from queuemgr.service.config import ServiceConfig
+from queuemgr.store.database import DatabaseError
+from queuemgr.store.leadership import NAMESPACE
 from tests.integration.cli.conftest import Invoke, no_traceback
+from tests.integration.service.helpers import make_loop
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +47,12 @@ class Login:
 def logins(
     admin_engine: Engine, database_url: str, cli: Invoke, applied: Path
 ) -> Iterator[dict[str, Login]]:
-    """Roles ``a`` and ``b`` (tenants, granted team-a and team-b) and ``admin``; workloads
+    """Roles ``a`` and ``b`` (tenants, granted team-a and team-b), ``admin`` and ``sched``
+    (a member of queuemgr_scheduler, as ``queuemgr serve`` runs); workloads
     ``a-job`` (team-a) and ``b-job`` (team-b, admitted on a node), submitted by the superuser."""
     made: dict[str, Login] = {}
-    for key, group in (("a", "tenant"), ("b", "tenant"), ("admin", "admin")):
+    roles = (("a", "tenant"), ("b", "tenant"), ("admin", "admin"), ("sched", "scheduler"))
+    for key, group in roles:
         role = f"qm_{key}_{uuid.uuid4().hex[:8]}"
         password = secrets.token_hex(8)
         with admin_engine.connect() as conn:
@@ -244,6 +252,24 @@ SQL_MATRIX: list[tuple[str, str, tuple[object, ...], Denied | None]] = [
         ("team-a", "Bad Name", ONE_GPU),
         psycopg.errors.InvalidParameterValue,
     ),
+    (
+        "lock-lease",
+        "SELECT epoch FROM scheduler_lease FOR KEY SHARE",
+        (),
+        psycopg.errors.InsufficientPrivilege,
+    ),
+    (
+        "take-lease",
+        "UPDATE scheduler_lease SET holder_pid = pg_backend_pid(), epoch = epoch + 1",
+        (),
+        psycopg.errors.InsufficientPrivilege,
+    ),
+    (
+        "lock-lease-table",
+        "LOCK TABLE scheduler_lease IN ACCESS EXCLUSIVE MODE",
+        (),
+        psycopg.errors.InsufficientPrivilege,
+    ),
     ("submit-own", SUBMIT, ("team-a", "fine", ONE_GPU), None),
     ("cancel-own", "SELECT queuemgr_cancel('team-a', 'a-job', 'x')", (), None),
 ]
@@ -319,3 +345,49 @@ def test_every_function_is_closed_to_public(engine: Engine) -> None:
             )
         ).all()
     assert open_ == []
+
+
+def test_a_tenant_cannot_hold_or_stall_leadership(logins: dict[str, Login], engine: Engine) -> None:
+    """A tenant holding every advisory key the scheduler ever used, the old leader and fence
+    keys among them, in a session and in an open transaction: a replica still wins the
+    election at once and admits (before the lease row, it stayed in standby)."""
+    with psycopg.connect(_dsn(logins["a"].url)) as tenant:
+        for key in range(1, 4):
+            tenant.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, key))
+        tenant.execute("BEGIN")
+        for key in range(1, 4):
+            tenant.execute("SELECT pg_advisory_xact_lock(%s, %s)", (NAMESPACE, key))
+        loop, elector, _ = make_loop(engine)
+        outcome: list[object] = []
+
+        def lead_and_admit() -> None:
+            outcome.append(elector.step() and loop.run_once())
+
+        try:
+            worker = threading.Thread(target=lead_and_admit, daemon=True)
+            worker.start()
+            worker.join(timeout=10)
+            assert not worker.is_alive(), "admission stalled behind the tenant's locks"
+            assert outcome and outcome[0], "the replica did not win the election"
+            assert _state(engine, "a-job")[0] == "Admitted"
+        finally:
+            elector.stop()
+
+
+def test_serve_runs_as_the_scheduler_role_and_refuses_a_tenant(
+    logins: dict[str, Login], engine: Engine
+) -> None:
+    with pytest.raises(DatabaseError, match="queuemgr_scheduler") as refused:
+        Service(ServiceConfig(database_url=logins["a"].url))
+    assert logins["a"].role in str(refused.value)
+    scheduler = sa.create_engine(logins["sched"].url)
+    try:
+        loop, elector, _ = make_loop(scheduler)
+        try:
+            assert elector.step()
+            loop.run_once()  # a whole cycle's writes, with the scheduler role's privileges
+        finally:
+            elector.stop()
+    finally:
+        scheduler.dispose()
+    assert _state(engine, "a-job")[0] == "Admitted"

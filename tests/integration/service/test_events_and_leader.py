@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
-from queuemgr.store.leadership import NotLeader, holder_pid, release, try_acquire
+from queuemgr.store.leadership import NotLeader, fence, holder_pid, release, renew, try_acquire
 from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
 from tests.integration.service.helpers import make_loop, placements, states, wait_for
@@ -159,3 +159,26 @@ def test_release_gives_the_lock_up_while_its_connection_stays_open(engine: Engin
         assert try_acquire(second) is None
         release(first)
         assert try_acquire(second) is not None
+
+
+def test_a_silent_leader_loses_the_lease_once_it_expires_and_cannot_commit(
+    engine: Engine,
+) -> None:
+    """A leader whose backend lives on but that stops renewing (a paused process) is
+    replaced after the lease's TTL, and its old token no longer passes the fence."""
+    autocommit = {"isolation_level": "AUTOCOMMIT"}
+    with (
+        engine.connect().execution_options(**autocommit) as silent,
+        engine.connect().execution_options(**autocommit) as standby,
+    ):
+        old = try_acquire(silent, ttl=1.0)
+        assert old is not None
+        assert try_acquire(standby, ttl=1.0) is None  # alive and not expired
+        time.sleep(1.2)
+        new = try_acquire(standby, ttl=1.0)
+        assert new is not None and new.epoch == old.epoch + 1
+        assert not renew(silent, old)  # its heartbeat now learns it lost
+        with engine.begin() as conn, pytest.raises(NotLeader):
+            fence(conn, old)
+        with engine.begin() as conn:
+            fence(conn, new)
