@@ -280,6 +280,45 @@ class NodePool:
             remaining -= use
         return remaining
 
+    def room_at_most(
+        self,
+        flavor: FlavorName,
+        ps: PodSet,
+        released: Mapping[NodeName, Mapping[ResourceName, int]],
+        enough: int,
+    ) -> int:
+        """At least as many pods of ``ps`` as ``place`` could put on ``flavor`` if the
+        ``released`` capacity were freed too; counting stops once it reaches ``enough``.
+
+        An upper bound, never less than the truth: node selectors and topology are
+        left out, each node counted on its own. So a result below a pod set's count
+        proves that no placement exists, with or without any part of ``released``.
+        """
+        total = 0
+        classes: set[int] = set()
+        for cls in self.topology.candidates(flavor, ps):
+            if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+                continue
+            classes.add(cls.index)
+            req = tuple(ps.requests.get(r, 0) for r in cls.resources)
+            groups = self._index(cls)
+            for key in self._keys[cls.index]:
+                per_node = how_many_tuple(req, key)
+                if per_node > 0:
+                    total += per_node * len(groups[key])
+                    if total >= enough:
+                        return total
+        for node, extra in released.items():
+            home = self.topology.class_of.get(node)
+            if home is None or home.index not in classes:
+                continue
+            free = self.free(node)
+            more = {r: free.get(r, 0) + extra.get(r, 0) for r in home.resources}
+            total += how_many(ps.requests, more) - how_many(ps.requests, free)
+            if total >= enough:
+                return total
+        return total
+
     def _largest_free(self, flavor: FlavorName) -> Resources:
         best: Resources = {}
         best_key: tuple[int, ...] = ()

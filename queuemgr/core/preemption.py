@@ -23,14 +23,17 @@ while it still borrows; workloads admitted in this cycle are never victims.
 The search runs for most pending heads of a busy cycle and nearly always fails,
 so it leaves out early what it would skip anyway: taking victims only lowers
 their queues' usage, so a peer that does not borrow, or whose share is already
-below the preemptor's, stays so for the whole search. Such pruning must never
+below the preemptor's, stays so for the whole search. Before it touches a node, it
+makes its choices on the quota ledger alone (``_hopeless``): if the preemptor fits
+neither the quota nor an upper bound on the nodes' room once every victim it would take
+is gone, no step of the search can succeed. Such pruning must never
 change which victims are chosen, only how fast (tests/unit/core/test_preemption_search.py
 holds it to the plain search).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Generator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -40,6 +43,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     CohortName,
     FlavorName,
+    NodeName,
     PodSet,
     PodSetPlacement,
     ReclaimWithinCohort,
@@ -210,14 +214,22 @@ class Preemptor:
         out.sort(key=order)
         return out
 
-    def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
-        chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
+    def _takes(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        candidates: list[tuple[AdmittedWorkload, PreemptionReason]],
+    ) -> Generator[tuple[AdmittedWorkload, PreemptionReason], None, None]:
+        """The candidates the search takes, in order; the caller removes each one from
+        the ledger before asking for the next, since whether a peer still borrows and
+        whether taking from it is fair depend on what was taken before."""
         mine: tuple[int, Fraction] | None = None  # the preemptor's share once admitted
         # Taking victims only lowers usage, so a peer that stopped borrowing, or a size
         # that became unfair to take from a peer, stays so for the rest of this search.
         done: set[ClusterQueueName] = set()
         unfair: set[tuple[ClusterQueueName, _Held]] = set()
-        for a, reason in self._candidates(cq, w, flavor):
+        for a, reason in candidates:
             if reason is not PreemptionReason.IN_CLUSTER_QUEUE:
                 peer = a.admission.cluster_queue
                 if peer in done:
@@ -234,9 +246,57 @@ class Preemptor:
                     if not self._fair_held(peer, flavor, size[1], mine):
                         unfair.add(size)
                         continue
+            yield a, reason
+
+    def _hopeless(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        candidates: list[tuple[AdmittedWorkload, PreemptionReason]],
+    ) -> bool:
+        """Whether ``w`` cannot fit even once every victim the search would take is gone.
+
+        The search stops at the first victim after which ``w`` fits; when none does, it
+        has taken exactly what ``_takes`` gives. That choice depends on the ledger alone,
+        so it is made here without touching the nodes. Quota only grows as victims go,
+        and ``room_at_most`` bounds what any subset of them frees, so a failure here is
+        a failure of every step of the search: most searches of a busy cycle end here,
+        before any node is released or any placement tried.
+        """
+        taken: list[AdmittedWorkload] = []
+        ledger = self._ledger
+        try:
+            for a, _ in self._takes(cq, w, flavor, candidates):
+                ledger.add(a.admission.cluster_queue, flavor, {r: -v for r, v in a.held.items()})
+                taken.append(a)
+            if not ledger.check(cq.name, flavor, w.total_requests).fits:
+                return True
+        finally:
+            for a in taken:
+                ledger.add(a.admission.cluster_queue, flavor, a.held)
+        released: dict[NodeName, dict[ResourceName, int]] = {}
+        for a in taken:
+            per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+            for pl in a.admission.placements:
+                vec = released.setdefault(pl.node, {})
+                for r, v in per_pod[pl.pod_set].items():
+                    vec[r] = vec.get(r, 0) + v * pl.count
+        return any(
+            self._pool.room_at_most(flavor, ps, released, ps.count) < ps.count for ps in w.pod_sets
+        )
+
+    def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
+        candidates = self._candidates(cq, w, flavor)
+        if not candidates or self._hopeless(cq, w, flavor, candidates):
+            return None
+        chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []
+        takes = self._takes(cq, w, flavor, candidates)
+        for a, reason in takes:
             self._remove(a)
             chosen.append((a, reason))
             if self._fits(cq, w, flavor):
+                takes.close()
                 break
         else:
             for a, _ in chosen:

@@ -6,7 +6,8 @@ shares per ledger version (see the module's docstring). Here the same random wor
 ``PlainPreemptor`` (tests/plain_search.py), the search written plainly. Both runs must
 decide the same, event by event. Shown to fail when a shortcut is wrong: treating a
 peer as done once one of its sizes is unfair to take (a smaller run may still be fair)
-fails here.
+fails here, and so does a node bound that leaves out the room the victims free
+(``NodePool.room_at_most`` without its ``released`` capacity).
 """
 
 from __future__ import annotations
