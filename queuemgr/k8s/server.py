@@ -17,6 +17,11 @@ What must stay true:
   400 (never read to the end of the stream: chunked bodies are not taken), an
   unexpected error gets 500 (the API server then applies the failure policy);
   every answer to a well-formed review is 200;
+- at most ``max_connections`` connections are served at once, each in its
+  own thread; one beyond that is closed at once, unanswered (the API server
+  then applies the failure policy). Slow or hostile clients thus hold a
+  bounded number of threads, and the scheduling loop in the same process
+  keeps its share of the interpreter;
 - ``stop()`` closes the socket and returns once the serving thread ended.
 """
 
@@ -38,11 +43,14 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 8 << 20  # an AdmissionReview holds the object and the old object (<= ~3 MiB each)
 CONNECTION_TIMEOUT = 15.0  # seconds; the API server gives up after at most 30
+# The API server keeps a few connections per replica; this leaves it room to spare.
+MAX_CONNECTIONS = 32
 
 
 class _TLSServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the listen backlog: a burst waits to be accepted, not retried
 
     def __init__(
         self,
@@ -51,11 +59,39 @@ class _TLSServer(ThreadingHTTPServer):
         certificates: CertificateSource,
         admission: AdmissionHandler,
         healthy: Callable[[], tuple[bool, str]],
+        max_connections: int,
     ) -> None:
         self.certificates = certificates
         self.admission = admission
         self.healthy = healthy
+        self.max_connections = max_connections
+        self.budget = threading.BoundedSemaphore(max_connections)
+        self.refused = 0  # connections closed unserved because the budget was spent
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.budget.acquire(blocking=False):
+            self.refused += 1
+            if self.refused & (self.refused - 1) == 0:  # 1st, 2nd, 4th...: a flood logs little
+                log.warning(
+                    "webhook: %d connections in service; closed one from %s (%d so far)",
+                    self.max_connections,
+                    client_address,
+                    self.refused,
+                )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.budget.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.budget.release()
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()
@@ -142,6 +178,7 @@ class WebhookServer:
         host: str = "0.0.0.0",
         port: int = 9443,
         ready: Callable[[], tuple[bool, str]] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._server = _TLSServer(
             (host, port),
@@ -149,6 +186,7 @@ class WebhookServer:
             certificates,
             admission,
             ready or (lambda: (True, "ok")),
+            max_connections,
         )
         self._thread: threading.Thread | None = None
 
@@ -156,6 +194,11 @@ class WebhookServer:
     def address(self) -> tuple[str, int]:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
+
+    @property
+    def refused(self) -> int:
+        """Connections closed unserved because ``max_connections`` were in service."""
+        return self._server.refused
 
     @property
     def url(self) -> str:
@@ -185,4 +228,4 @@ class WebhookServer:
         self.stop()
 
 
-__all__ = ["MAX_BODY", "WebhookServer"]
+__all__ = ["MAX_BODY", "MAX_CONNECTIONS", "WebhookServer"]

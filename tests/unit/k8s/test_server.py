@@ -7,7 +7,9 @@ import http.client
 import json
 import socket
 import ssl
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -234,3 +236,45 @@ def test_webhook_configurations() -> None:
     assert m["clientConfig"]["service"]["path"] == "/mutate"
     assert v["clientConfig"]["url"] == "https://127.0.0.1:9443/validate"
     assert m["reinvocationPolicy"] == "IfNeeded"
+
+
+def _server_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("Thread-"))
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_slow_clients_hold_at_most_the_connection_budget_of_threads() -> None:
+    """100 clients that connect and never start TLS (a slowloris) get at most
+    ``max_connections`` threads; the rest are closed at once, and once the slow ones
+    go, the webhook answers again. Without a budget, each one held a thread."""
+    budget = 4
+    before = _server_threads()
+    with WebhookServer(
+        AdmissionHandler(directory()),
+        StaticCertificates(CERT),
+        host="127.0.0.1",
+        port=0,
+        max_connections=budget,
+    ) as running:
+        slow = [socket.create_connection(running.address, timeout=5) for _ in range(100)]
+        try:
+            # Most are refused at once (a few more are served as the first ones' handshakes
+            # fail), and never more than the budget hold a thread.
+            assert _wait(lambda: running.refused >= 75), running.refused
+            for _ in range(20):
+                assert _server_threads() - before <= budget
+                time.sleep(0.02)
+        finally:
+            for sock in slow:
+                sock.close()
+        assert _wait(lambda: _server_threads() == before)
+        r = review("CREATE", manifest("job-gpu"))
+        assert call(running, "POST", "/mutate", json.dumps(r).encode())[0] == 200
