@@ -110,6 +110,11 @@ class Occupancy:
         return not self.foreign_tables and not self.tables_with_rows
 
 
+# Rows an empty schema holds already: the lease row, seeded by its migration, counts
+# only once a leader has held it.
+_HELD = {"scheduler_lease": "epoch > 0"}
+
+
 def occupancy(conn: Connection) -> Occupancy:
     """The tables of the connection's default schema that hold something."""
     ours = set(Base.metadata.tables)
@@ -118,6 +123,9 @@ def occupancy(conn: Connection) -> Occupancy:
     with_rows = tuple(
         n
         for n in names
-        if n in ours and conn.execute(text(f'SELECT EXISTS (SELECT 1 FROM "{n}")')).scalar()
+        if n in ours
+        and conn.execute(
+            text(f'SELECT EXISTS (SELECT 1 FROM "{n}" WHERE {_HELD.get(n, "true")})')
+        ).scalar()
     )
     return Occupancy(foreign_tables=foreign, tables_with_rows=with_rows)

@@ -102,7 +102,25 @@ def test_every_table_is_granted_to_both_roles(engine: Engine) -> None:
     with engine.connect() as conn:
         rows = conn.execute(TABLES_GRANTED).all()
     assert len(rows) >= 13
+    # Tenants read neither the audit log nor the leader's lease (migration 0011).
+    private = ("audit_log", "scheduler_lease")
     missing = [
-        r.relname for r in rows if not r.admin or (not r.tenant_reads and r.relname != "audit_log")
+        r.relname for r in rows if not r.admin or (not r.tenant_reads and r.relname not in private)
     ]
     assert missing == []
+
+
+def test_only_the_scheduler_role_may_write_the_lease(engine: Engine) -> None:
+    with engine.connect() as conn:
+        writers = {
+            role: conn.execute(
+                sa.text("SELECT has_table_privilege(:role, 'scheduler_lease', 'UPDATE')"),
+                {"role": role},
+            ).scalar_one()
+            for role in ("queuemgr_scheduler", "queuemgr_admin", "queuemgr_tenant")
+        }
+    assert writers == {
+        "queuemgr_scheduler": True,
+        "queuemgr_admin": False,
+        "queuemgr_tenant": False,
+    }
