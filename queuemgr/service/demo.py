@@ -182,7 +182,7 @@ class Demo:
         if self._stopped:
             return
         self._stopped = True
-        # A cycle cut short by the shutdown warns that it lost the leader lock:
+        # A cycle cut short by the shutdown warns that it lost the leader's lease:
         # expected here, and noise at the end of the demo's output.
         quiet = logging.getLogger("queuemgr.service")
         level = quiet.level
