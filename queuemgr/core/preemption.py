@@ -268,13 +268,13 @@ class Preemptor:
         ledger = self._ledger
         try:
             for a, _ in self._takes(cq, w, flavor, candidates):
-                ledger.add(a.admission.cluster_queue, flavor, {r: -v for r, v in a.held.items()})
+                self._apply(a, -1, _ledger_only)
                 taken.append(a)
             if not ledger.check(cq.name, flavor, w.total_requests).fits:
                 return True
         finally:
             for a in taken:
-                ledger.add(a.admission.cluster_queue, flavor, a.held)
+                self._apply(a, 1, _ledger_only)
         released: dict[NodeName, dict[ResourceName, int]] = {}
         for a in taken:
             per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
@@ -399,6 +399,10 @@ class Preemptor:
             a.admission.cluster_queue, a.admission.flavor, {r: sign * v for r, v in held.items()}
         )
         nodes(a.admission.placements, a.workload.pod_sets)
+
+
+def _ledger_only(_placements: tuple[PodSetPlacement, ...], _pod_sets: tuple[PodSet, ...]) -> None:
+    """``Preemptor._apply``'s node step, left out: the nodes stay as they are."""
 
 
 def preempts_within(rule: WithinClusterQueue, victim: Workload, preemptor: Workload) -> bool:
