@@ -10,6 +10,8 @@ snapshot is loaded in one REPEATABLE READ transaction (``load_state``); the
 policy is the one the last elected leader recorded (``scheduler_settings``),
 else the default, and ordering by usage reads the saved decayed usage, so the
 answer is the leader's; the document follows the ``why`` schema of docs/cli.md.
+A tenant's answer is computed on every live workload too (``store.tenant_view``):
+other namespaces' come under tokens (``hidden-…/w-…``), never by name.
 A preemptor's claim (the room its victims free, kept in the store) is shown
 with its victims and which of them still run (evicted, not requeued yet); a
 workload backing off after a preemption says until when, and after how many.
@@ -35,6 +37,7 @@ from queuemgr.sim.knobs import parse_policy, policy_knobs
 from queuemgr.sim.yamlcheck import InputError
 from queuemgr.store.leadership import leader_settings
 from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 
 AHEAD = 5  # how many workloads ahead are listed; the count is always complete
@@ -50,10 +53,14 @@ NO_ETA_UNDECLARED = (
 )
 
 
-def _policy(engine: Engine, now: float) -> tuple[SchedulerPolicy, dict[str, Any] | None, Any]:
+def _policy(
+    engine: Engine, now: float, *, as_tenant: bool
+) -> tuple[SchedulerPolicy, dict[str, Any] | None, Any]:
     """The last leader's policy and its record, and the decayed usage it orders by."""
-    with engine.connect() as conn:
+    with engine.connect() as conn, conn.begin():
         settings = leader_settings(conn)
+        if as_tenant:
+            read_as_tenant(conn)
         saved = load_queue_usage(conn)
     if settings is None:
         return SchedulerPolicy(), None, {}
@@ -148,7 +155,11 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
                 + (" (borrowing cohort quota)" if workload["borrowing"] else "")
             )
         return doc
-    state = load_state(engine, now=now)
+    # A tenant's row security hides the other namespaces, whose workloads decide its
+    # place as much as its own do: it reads them all, theirs under tokens.
+    with engine.connect() as conn:
+        as_tenant = rows_are_filtered(conn)
+    state = load_state(engine, now=now, as_tenant=as_tenant)
     config = state.config
     until = state.backing_off.get(wid)
     if until is not None:
@@ -172,7 +183,7 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
             eta_reason="the cluster queue is stopped",
         )
         return doc
-    policy, doc["scheduler"], usage = _policy(engine, now)
+    policy, doc["scheduler"], usage = _policy(engine, now, as_tenant=as_tenant)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
     decisions = schedule(snapshot, now)
     stored = state.claims.get(wid)

@@ -28,6 +28,7 @@ from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload, WorkloadId
 from queuemgr.core.snapshot import Config, Snapshot, build_snapshot
 from queuemgr.store.config import load_config
+from queuemgr.store.tenant_view import read_as_tenant
 from queuemgr.store.workloads import load_workloads
 
 
@@ -69,14 +70,19 @@ def with_claims(
     return dataclasses.replace(snapshot, claims=dict(claims), stopping=stopping)
 
 
-def load_state(engine: Engine, *, now: float | None = None) -> StoredState:
+def load_state(engine: Engine, *, now: float | None = None, as_tenant: bool = False) -> StoredState:
     """Config plus queued and admitted workloads, read from one consistent snapshot.
 
     ``now`` (the wall clock when not given) decides which workloads still back off.
+    ``as_tenant`` reads the tenant views (``store.tenant_view``): every live
+    workload, other namespaces' under tokens, where row security would show a
+    tenant its own alone.
     """
     now = time.time() if now is None else now
     connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
     with connection as conn, conn.begin():
+        if as_tenant:
+            read_as_tenant(conn)
         config, stopped = load_config(conn)
         loaded = load_workloads(conn, now=now)
     pending = loaded.pending

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner, Result
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 
 from queuemgr.cli.main import main
 from queuemgr.core.model import Node, NodeName
@@ -78,3 +83,67 @@ def applied(cli: Invoke, queues_file: Path, engine: Engine) -> Path:
 def no_traceback(result: Result) -> None:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@dataclass(frozen=True)
+class Login:
+    role: str
+    url: str
+    cli: Invoke
+
+
+@pytest.fixture
+def logins(
+    admin_engine: Engine, database_url: str, cli: Invoke, applied: Path
+) -> Iterator[dict[str, Login]]:
+    """Roles ``a`` and ``b`` (tenants, granted team-a and team-b), ``admin`` and ``sched``
+    (a member of queuemgr_scheduler, as ``queuemgr serve`` runs); workloads
+    ``a-job`` (team-a) and ``b-job`` (team-b, admitted on a node), submitted by the superuser."""
+    made: dict[str, Login] = {}
+    roles = (("a", "tenant"), ("b", "tenant"), ("admin", "admin"), ("sched", "scheduler"))
+    for key, group in roles:
+        role = f"qm_{key}_{uuid.uuid4().hex[:8]}"
+        password = secrets.token_hex(8)
+        with admin_engine.connect() as conn:
+            conn.execute(sa.text(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
+            conn.execute(sa.text(f"GRANT queuemgr_{group} TO {role}"))
+        url = make_url(database_url).set(username=role, password=password)
+        rendered = url.render_as_string(hide_password=False)
+        made[key] = Login(role, rendered, _invoker(rendered))
+    for key, ns in (("a", "team-a"), ("b", "team-b")):
+        r = made["admin"].cli("grant", made[key].role, ns)
+        assert r.exit_code == 0, r.output
+    for ns, name in (("team-a", "a-job"), ("team-b", "b-job")):
+        r = cli("submit", "-q", "default", "-n", ns, "--name", name, "--gpus", "1", "--", "x")
+        assert r.exit_code == 0, r.output
+    with sa.create_engine(database_url).begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE workloads SET state = 'Admitted', admitted_at = now(),"
+                " cluster_queue = 'team-b', flavor = 'h100' WHERE name = 'b-job'"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO placements (workload_id, pod_set, node, count)"
+                " SELECT id, 'main', 'h100-0', 1 FROM workloads WHERE name = 'b-job'"
+            )
+        )
+    yield made
+    with admin_engine.connect() as conn:
+        for login in made.values():
+            conn.execute(sa.text(f"DROP OWNED BY {login.role}"))
+            conn.execute(sa.text(f"DROP ROLE IF EXISTS {login.role}"))
+
+
+def _invoker(url: str) -> Invoke:
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(main, list(args), env={"QUEUEMGR_DATABASE_URL": url})
+
+    return invoke
+
+
+def dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

@@ -11,89 +11,21 @@ here was allowed then.
 from __future__ import annotations
 
 import json
-import secrets
 import threading
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy as sa
-from click.testing import CliRunner, Result
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 
-from queuemgr.cli.main import main
 from queuemgr.service.app import Service
 from queuemgr.service.config import ServiceConfig
 from queuemgr.store.database import DatabaseError
 from queuemgr.store.leadership import NAMESPACE
-from tests.integration.cli.conftest import Invoke, no_traceback
+from tests.integration.cli.conftest import Login, dsn, no_traceback
 from tests.integration.service.helpers import make_loop
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass(frozen=True)
-class Login:
-    role: str
-    url: str
-    cli: Invoke
-
-
-@pytest.fixture
-def logins(
-    admin_engine: Engine, database_url: str, cli: Invoke, applied: Path
-) -> Iterator[dict[str, Login]]:
-    """Roles ``a`` and ``b`` (tenants, granted team-a and team-b), ``admin`` and ``sched``
-    (a member of queuemgr_scheduler, as ``queuemgr serve`` runs); workloads
-    ``a-job`` (team-a) and ``b-job`` (team-b, admitted on a node), submitted by the superuser."""
-    made: dict[str, Login] = {}
-    roles = (("a", "tenant"), ("b", "tenant"), ("admin", "admin"), ("sched", "scheduler"))
-    for key, group in roles:
-        role = f"qm_{key}_{uuid.uuid4().hex[:8]}"
-        password = secrets.token_hex(8)
-        with admin_engine.connect() as conn:
-            conn.execute(sa.text(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
-            conn.execute(sa.text(f"GRANT queuemgr_{group} TO {role}"))
-        url = make_url(database_url).set(username=role, password=password)
-        rendered = url.render_as_string(hide_password=False)
-        made[key] = Login(role, rendered, _invoker(rendered))
-    for key, ns in (("a", "team-a"), ("b", "team-b")):
-        r = made["admin"].cli("grant", made[key].role, ns)
-        assert r.exit_code == 0, r.output
-    for ns, name in (("team-a", "a-job"), ("team-b", "b-job")):
-        r = cli("submit", "-q", "default", "-n", ns, "--name", name, "--gpus", "1", "--", "x")
-        assert r.exit_code == 0, r.output
-    with sa.create_engine(database_url).begin() as conn:
-        conn.execute(
-            sa.text(
-                "UPDATE workloads SET state = 'Admitted', admitted_at = now(),"
-                " cluster_queue = 'team-b', flavor = 'h100' WHERE name = 'b-job'"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO placements (workload_id, pod_set, node, count)"
-                " SELECT id, 'main', 'h100-0', 1 FROM workloads WHERE name = 'b-job'"
-            )
-        )
-    yield made
-    with admin_engine.connect() as conn:
-        for login in made.values():
-            conn.execute(sa.text(f"DROP OWNED BY {login.role}"))
-            conn.execute(sa.text(f"DROP ROLE IF EXISTS {login.role}"))
-
-
-def _invoker(url: str) -> Invoke:
-    runner = CliRunner()
-
-    def invoke(*args: str) -> Result:
-        return runner.invoke(main, list(args), env={"QUEUEMGR_DATABASE_URL": url})
-
-    return invoke
 
 
 def _state(engine: Engine, name: str) -> tuple[str, int, int]:
@@ -270,6 +202,12 @@ SQL_MATRIX: list[tuple[str, str, tuple[object, ...], Denied | None]] = [
         (),
         psycopg.errors.InsufficientPrivilege,
     ),
+    (
+        "read-token-key",
+        "SELECT key FROM queuemgr_tenant_view.secret",
+        (),
+        psycopg.errors.InsufficientPrivilege,
+    ),
     ("submit-own", SUBMIT, ("team-a", "fine", ONE_GPU), None),
     ("cancel-own", "SELECT queuemgr_cancel('team-a', 'a-job', 'x')", (), None),
 ]
@@ -286,7 +224,7 @@ def test_raw_sql_as_a_tenant(
     denied: Denied | None,
 ) -> None:
     before = {n: _state(engine, n) for n in ("a-job", "b-job")}
-    with psycopg.connect(_dsn(logins["a"].url)) as conn:
+    with psycopg.connect(dsn(logins["a"].url)) as conn:
         if denied is None:
             conn.execute(sql, params)
             conn.commit()
@@ -297,7 +235,7 @@ def test_raw_sql_as_a_tenant(
 
 
 def test_raw_sql_reads_only_granted_rows(logins: dict[str, Login]) -> None:
-    with psycopg.connect(_dsn(logins["a"].url)) as conn:
+    with psycopg.connect(dsn(logins["a"].url)) as conn:
         seen = {
             table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()
             for table in ("workloads", "pod_sets", "placements", "local_queues", "tenant_grants")
@@ -315,7 +253,7 @@ def test_raw_sql_reads_only_granted_rows(logins: dict[str, Login]) -> None:
 
 
 def test_a_tenant_cannot_date_a_submission_back(logins: dict[str, Login], engine: Engine) -> None:
-    with psycopg.connect(_dsn(logins["a"].url)) as conn:
+    with psycopg.connect(dsn(logins["a"].url)) as conn:
         conn.execute(
             "SELECT queuemgr_submit('team-a', 'early', 'default', 0, '2000-01-01', NULL,"
             " %s::jsonb)",
@@ -329,10 +267,6 @@ def test_a_tenant_cannot_date_a_submission_back(logins: dict[str, Login], engine
             )
         ).scalar_one()
     assert abs(float(age)) < 60
-
-
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def test_every_function_is_closed_to_public(engine: Engine) -> None:
@@ -351,7 +285,7 @@ def test_a_tenant_cannot_hold_or_stall_leadership(logins: dict[str, Login], engi
     """A tenant holding every advisory key the scheduler ever used, the old leader and fence
     keys among them, in a session and in an open transaction: a replica still wins the
     election at once and admits (before the lease row, it stayed in standby)."""
-    with psycopg.connect(_dsn(logins["a"].url)) as tenant:
+    with psycopg.connect(dsn(logins["a"].url)) as tenant:
         for key in range(1, 4):
             tenant.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, key))
         tenant.execute("BEGIN")
