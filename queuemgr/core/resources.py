@@ -64,6 +64,9 @@ _SUFFIX = {
 # Kubernetes keeps a quantity in an int64; nothing larger is a real request.
 _MAX_QUANTITY = 2**63 - 1
 _MAX_EXPONENT = 40
+# Longer digit strings are no int64 at any scale, and past 4,300 digits Python
+# refuses to convert them at all.
+_MAX_DIGITS = 64
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))"
     r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
@@ -104,6 +107,8 @@ def parse_quantity(value: object, *, resource: str, field: str) -> int:
         match = _QUANTITY.match(value.strip())
         if not match:
             raise QuantityError(field, value, "bad quantity")
+        if len(match["num"]) > _MAX_DIGITS:
+            raise QuantityError(field, value, "quantity out of range")
         exact = Fraction(match["num"])
         if match["exp"]:
             exponent = int(match["exp"][1:])

@@ -131,3 +131,64 @@ def test_a_name_kubernetes_would_refuse_is_refused_naming_the_field(
         assert len(r.output) < 500, kind  # the value is quoted bounded, not echoed whole
         assert "\n" not in r.output.rstrip("\n") and "\x1b" not in r.output, kind
         assert _tables(engine) == before, kind
+
+
+# Values past what Kubernetes or Postgres can hold, and what each command names when it
+# refuses them. Before the bounds, --priority 3000000000 was "database error: integer out
+# of range" (exit 1), 1e4300 Python's 4300-digit error (exit 1), the --since overflow an
+# OverflowError (exit 1), 1e30 GPUs were stored, and apply -f /dev/zero read forever.
+NAN_FILE = "flavors: [{name: h100}]\ncluster_queues:\n  - name: nan\n    resources:\n      - flavor: h100\n" + (
+    "        nominal: {nvidia.com/gpu: .nan}\n"
+)
+ABSURD = {
+    "priority-int32": (
+        ("submit", "-q", "default", "-n", "team-b", "--priority", "3000000000", "--", "x"),
+        "'--priority'",
+    ),
+    "gpus-1e30": (
+        ("submit", "-q", "default", "-n", "team-b", "--gpus", "1e30", "--", "x"),
+        "nvidia.com/gpu: quantity out of range",
+    ),
+    "memory-huge-exponent": (
+        ("submit", "-q", "default", "-n", "team-b", "--memory", "1e10000000", "--", "x"),
+        "memory: quantity out of range",
+    ),
+    "max-runtime-overflow": (
+        ("submit", "-q", "default", "-n", "team-b", "--max-runtime", "9" * 20 + "d", "--", "x"),
+        "--max-runtime: at most",
+    ),
+    "quota-1e30": (
+        ("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=1e30"),
+        "nvidia.com/gpu: quantity out of range",
+    ),
+    "quota-1e4300": (
+        ("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=1e4300"),
+        "nvidia.com/gpu: quantity out of range",
+    ),
+    "quota-5000-digits": (
+        ("quota", "set", "team-a", "--flavor", "h100", "nvidia.com/gpu=" + "9" * 5000),
+        "nvidia.com/gpu: quantity out of range",
+    ),
+    "cq-nominal-1e30": (
+        ("cq", "create", "big", "--nominal", "h100:nvidia.com/gpu=1e30"),
+        "nvidia.com/gpu: quantity out of range",
+    ),
+    "usage-since-overflow": (("usage", "--since", "99999999999999999999d"), "--since: at most"),
+    "audit-since-overflow": (("audit", "--since", "99999999999999999999d"), "--since: at most"),
+    "apply-dev-zero": (("apply", "-f", "/dev/zero"), "larger than 16777216 bytes"),
+    "apply-nan": (("apply", "-f", "NAN_FILE"), "nominal.nvidia.com/gpu: bad quantity"),
+}
+
+
+@pytest.mark.parametrize(("command", "names"), list(ABSURD.values()), ids=list(ABSURD))
+def test_an_absurd_value_is_refused_up_front_naming_the_field(
+    cli: Invoke, applied: Path, engine: Engine, tmp_path: Path, command: tuple[str, ...], names: str
+) -> None:
+    nan = tmp_path / "nan.yaml"
+    nan.write_text(NAN_FILE)
+    before = _tables(engine)
+    r = cli(*(str(nan) if a == "NAN_FILE" else a for a in command))
+    no_traceback(r)
+    assert r.exit_code == 2, r.output[-300:]
+    assert names in r.output, r.output[-300:]
+    assert _tables(engine) == before

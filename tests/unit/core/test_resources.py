@@ -121,6 +121,20 @@ def test_parse_quantity_errors_name_field_and_value(resource: str, value: object
     assert why in text
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("9" * 5000, id="5000-digits"),
+        pytest.param("0." + "0" * 5000 + "1", id="5000-decimals"),
+        pytest.param("1" * 65 + "m", id="65-digits-milli"),
+    ],
+)
+def test_a_quantity_of_too_many_digits_is_out_of_range_not_a_crash(value: str) -> None:
+    # Past 4,300 digits Python's int() raised a ValueError that named nothing.
+    with pytest.raises(QuantityError, match=r"^f: quantity out of range '"):
+        parse_quantity(value, resource="nvidia.com/gpu", field="f")
+
+
 def test_parse_resources_names_the_resource_in_the_field() -> None:
     assert parse_resources({"cpu": "500m", "nvidia.com/gpu": 2}, field="req") == {
         "cpu": 500,

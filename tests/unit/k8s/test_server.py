@@ -278,3 +278,83 @@ def test_slow_clients_hold_at_most_the_connection_budget_of_threads() -> None:
         assert _wait(lambda: _server_threads() == before)
         r = review("CREATE", manifest("job-gpu"))
         assert call(running, "POST", "/mutate", json.dumps(r).encode())[0] == 200
+
+
+def test_a_chunked_body_without_a_length_is_refused_at_once(server: WebhookServer) -> None:
+    """Chunked bodies are not taken at all: 411 before a byte of the endless body is read."""
+    host, port = server.address
+    context = _client_context(CERT.ca_pem)
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"1000\r\n"
+            + b"{" * 4096
+            + b"\r\n"
+        )
+        answer = tls.recv(4096)  # times out if the server reads the chunks
+    assert answer.split(b" ", 2)[1] == b"411", answer[:80]
+
+
+GPU_FIELD = "spec.template.spec.containers[0].resources.limits.nvidia.com/gpu"
+
+
+def _gpus(value: str) -> bytes:
+    job = manifest("job-gpu")
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = (
+        value
+    )
+    return json.dumps(review("CREATE", job)).encode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("1e10000000", id="huge-exponent"),  # 500 after about 11 s, before
+        pytest.param("9" * 5000, id="5000-digits"),  # Python's int() limit: a 500
+        pytest.param("1e30", id="past-int64"),
+    ],
+)
+def test_a_quantity_past_int64_is_denied_naming_the_field(
+    server: WebhookServer, value: str
+) -> None:
+    status, body = call(server, "POST", "/validate", _gpus(value))
+    assert status == 200, body[:200]
+    response = json.loads(body)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith(f"{GPU_FIELD}: quantity out of range")
+
+
+def test_hostile_requests_leave_the_other_threads_running(server: WebhookServer) -> None:
+    """The webhook shares its process with the scheduling loop: while 32 hostile reviews
+    are answered, a thread standing for the loop keeps its 5 ms beat, and /healthz answers.
+    Before the quantity bounds, one huge exponent held the interpreter for about 11 s."""
+    gaps: list[float] = []
+    done = threading.Event()
+
+    def beat() -> None:
+        last = time.monotonic()
+        while not done.is_set():
+            time.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    loop = threading.Thread(target=beat, daemon=True)
+    loop.start()
+    hostile = [_gpus("1e10000000"), _gpus("9" * 5000)]
+    workers = [
+        threading.Thread(target=call, args=(server, "POST", "/validate", hostile[i % 2]))
+        for i in range(32)
+    ]
+    for w in workers:
+        w.start()
+    health = call(server, "GET", "/healthz")
+    for w in workers:
+        w.join(timeout=30)
+    done.set()
+    loop.join(timeout=5)
+    assert health[0] == 200
+    assert max(gaps) < 0.5, max(gaps)
