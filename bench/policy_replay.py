@@ -53,9 +53,9 @@ from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import percentile
-from queuemgr.sim.scenario import SimWorkload, load_scenario
 from queuemgr.sim.trace import TraceError, load_trace, parse_max_runtime_rule
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.scenario import SimWorkload, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "bench" / "scenarios" / "philly-160x8.yaml"
@@ -344,9 +344,7 @@ def main() -> None:
             for name, future in futures.items():
                 results[name], meters[name] = future.result()
     else:
-        results = {
-            name: run(policy, jobs, meters, name, config) for name, policy in chosen.items()
-        }
+        results = {name: run(policy, jobs, meters, name, config) for name, policy in chosen.items()}
     keys = [
         "utilization",
         "p50 1-GPU",

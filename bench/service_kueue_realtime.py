@@ -48,7 +48,7 @@ from servicebench import (
 )
 
 from queuemgr.core.model import Workload
-from queuemgr.sim.scenario import SimWorkload, load_scenario
+from queuemgr.spec.scenario import SimWorkload, load_scenario
 from queuemgr.store.database import create_engine
 
 ROOT = Path(__file__).resolve().parents[1]

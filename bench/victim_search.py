@@ -35,8 +35,8 @@ from queuemgr.core import cycle  # noqa: E402
 from queuemgr.core.policy import SchedulerPolicy  # noqa: E402
 from queuemgr.core.preemption import Preemptor  # noqa: E402
 from queuemgr.sim.engine import Engine  # noqa: E402
-from queuemgr.sim.scenario import SimWorkload, load_scenario  # noqa: E402
 from queuemgr.sim.trace import load_trace  # noqa: E402
+from queuemgr.spec.scenario import SimWorkload, load_scenario  # noqa: E402
 from tests.plain_search import PlainPreemptor  # noqa: E402
 
 

@@ -17,7 +17,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.sim.engine import Engine, Event, SimResult
-from queuemgr.sim.scenario import SimWorkload, parse_scenario
+from queuemgr.spec.scenario import SimWorkload, parse_scenario
 
 GPU = "nvidia.com/gpu"
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from queuemgr.core.model import Cohort, CohortName, ReclaimWithinCohort, WithinClusterQueue
 from queuemgr.core.snapshot import Config
-from queuemgr.sim.scenario import SimWorkload
+from queuemgr.spec.scenario import SimWorkload
 from tests.builders import World, make_cq, make_nodes, make_workload
 
 GPUS_PER_NODE = 8

@@ -28,9 +28,9 @@ from queuemgr.cli.errors import handled
 from queuemgr.cli.output import changed_fields, describe_changes, emit, output_option
 from queuemgr.core.model import ClusterQueueName, FlavorName
 from queuemgr.core.snapshot import Config
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.scenario import parse_scenario
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.scenario import parse_scenario
 from queuemgr.store import admin, codec
 from queuemgr.store.config import (
     load_config,

@@ -26,7 +26,7 @@ from queuemgr.cli.output import (
     output_option,
     print_table,
 )
-from queuemgr.sim.knobs import parse_duration
+from queuemgr.spec.knobs import parse_duration
 from queuemgr.store import admin
 
 KINDS = {

@@ -26,7 +26,7 @@ import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.resources import QuantityError
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
 from queuemgr.store.admin import ObjectInUse
 from queuemgr.store.database import DatabaseError
 from queuemgr.store.workloads import StateConflict, WorkloadExists

@@ -33,8 +33,8 @@ from queuemgr.core.fairshare import decayed
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import BACKING_OFF, PendingReason
-from queuemgr.sim.knobs import parse_policy, policy_knobs
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.knobs import parse_policy, policy_knobs
 from queuemgr.store.leadership import leader_settings
 from queuemgr.store.repository import StoredState, load_state
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered

@@ -31,9 +31,9 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.names import NameRule
 from queuemgr.core.snapshot import Config
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.knobs import parse_duration
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.knobs import parse_duration
 
 
 def namespace(ns: str | None) -> str:

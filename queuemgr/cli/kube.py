@@ -36,7 +36,7 @@ from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.k8s.jobs import UnknownKind
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.tenant import TenantJobs, build_job, labelled, status
-from queuemgr.sim.knobs import parse_duration
+from queuemgr.spec.knobs import parse_duration
 
 KUBECONFIG_ENV = "QUEUEMGR_KUBECONFIG"
 MODE_ENV = "QUEUEMGR_MODE"

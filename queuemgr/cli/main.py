@@ -34,11 +34,11 @@ from queuemgr.cli.serve import serve
 from queuemgr.cli.usage import usage
 from queuemgr.cli.workloads import cancel, list_, status, submit, why
 from queuemgr.sim.engine import Engine
-from queuemgr.sim.knobs import override_policy
 from queuemgr.sim.report import EventWriter, print_table, summarize
-from queuemgr.sim.scenario import load_scenario
 from queuemgr.sim.trace import MaxRuntimeRule, load_trace, parse_max_runtime_rule
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.knobs import override_policy
+from queuemgr.spec.scenario import load_scenario
 
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2

@@ -27,7 +27,7 @@ from queuemgr.core.model import (
     ResourceFlavor,
 )
 from queuemgr.core.snapshot import Config
-from queuemgr.sim.objects import parse_taints
+from queuemgr.spec.objects import parse_taints
 from queuemgr.store import admin, codec
 from queuemgr.store.config import (
     ensure_cohort,

@@ -22,7 +22,7 @@ import click
 from queuemgr.service.app import Service
 from queuemgr.service.config import load_config
 from queuemgr.service.simulated import load_cluster_file
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
 from queuemgr.store.database import DatabaseError
 
 EXIT_FAILURE = 1

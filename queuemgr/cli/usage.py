@@ -21,7 +21,7 @@ import click
 from queuemgr.cli.common import engine
 from queuemgr.cli.errors import handled
 from queuemgr.cli.output import emit, output_option, print_table
-from queuemgr.sim.knobs import parse_duration
+from queuemgr.spec.knobs import parse_duration
 from queuemgr.store.usage import usage_report
 
 

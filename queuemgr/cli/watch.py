@@ -24,7 +24,7 @@ import click
 import yaml
 
 from queuemgr.cli.output import Doc
-from queuemgr.sim.knobs import parse_duration
+from queuemgr.spec.knobs import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 

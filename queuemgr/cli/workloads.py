@@ -34,7 +34,7 @@ from queuemgr.cli.watch import watch as watch_doc
 from queuemgr.cli.watch import watch_options
 from queuemgr.core.model import PRIORITY_RANGE, PodSet, Workload, WorkloadId
 from queuemgr.core.resources import CPU, GPU, MEMORY
-from queuemgr.sim.knobs import parse_duration
+from queuemgr.spec.knobs import parse_duration
 from queuemgr.store import admin
 from queuemgr.store.admin import WorkloadInfo
 from queuemgr.store.config import load_config, os_actor

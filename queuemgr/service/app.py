@@ -35,7 +35,7 @@ from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
 from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
 from queuemgr.service.ticker import Ticker
 from queuemgr.service.webhook import AdmissionWebhook
-from queuemgr.sim.knobs import policy_knobs
+from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store import config as store_config
 from queuemgr.store.database import (
     URL_ENV,

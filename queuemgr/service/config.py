@@ -26,9 +26,9 @@ from queuemgr.core.names import NameRule
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.service.kube_config import KubernetesSettings, parse_kubernetes
 from queuemgr.service.webhook_config import WebhookConfig, load_webhook_config
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.knobs import KNOBS, parse_policy
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.knobs import KNOBS, parse_policy
 
 BACKENDS = ("simulated", "kubernetes")
 

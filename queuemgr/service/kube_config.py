@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import InputError
 
 KEYS = (
     "kubeconfig",

@@ -7,7 +7,7 @@ The cluster file uses the scenario format (docs/simulate.md): ``flavors`` and
 ``nodes`` are required, ``cohorts``, ``cluster_queues`` and ``local_queues``
 are optional and are upserted into the store at start, like an admin would;
 ``workloads`` are refused (submit them instead). It is parsed by
-:mod:`queuemgr.sim.scenario`, so every error names its YAML path.
+:mod:`queuemgr.spec.scenario`, so every error names its YAML path.
 
 What must stay true: an admitted gang "runs" in real (clock) time for its
 declared runtime: the workload's ``max_runtime`` when set, else the
@@ -25,8 +25,8 @@ from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.core.snapshot import Config
 from queuemgr.service.ports import Clock
-from queuemgr.sim.scenario import parse_scenario
-from queuemgr.sim.yamlcheck import ScenarioError, read_yaml
+from queuemgr.spec.checks import ScenarioError, read_yaml
+from queuemgr.spec.scenario import parse_scenario
 
 
 def load_cluster_file(path: Path) -> Config:

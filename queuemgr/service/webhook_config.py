@@ -31,8 +31,8 @@ from pathlib import Path
 from queuemgr.core.resources import GPU
 from queuemgr.k8s.selectors import LabelSelector
 from queuemgr.k8s.webhookconfig import MUTATING_NAME, VALIDATING_NAME
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import InputError
 
 SECTION = "webhook"
 

@@ -45,8 +45,8 @@ from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
 from queuemgr.core.tally import PreemptionTally
 from queuemgr.sim.invariants import InvariantChecker
-from queuemgr.sim.scenario import SimWorkload
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.scenario import SimWorkload
 
 Event = dict[str, object]
 Emit = Callable[[Event], None]

@@ -42,8 +42,8 @@ from queuemgr.core.resources import (
     ResourceName,
     parse_quantity,
 )
-from queuemgr.sim.scenario import SimWorkload
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
+from queuemgr.spec.scenario import SimWorkload
 
 REQUIRED_COLUMNS = (
     "job_id",

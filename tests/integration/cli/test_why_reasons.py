@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
-from queuemgr.sim.knobs import policy_knobs
+from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store.leadership import record_leader
 from queuemgr.store.notify import requeue_workload
 from tests.integration.cli.conftest import Invoke

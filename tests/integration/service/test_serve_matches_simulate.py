@@ -56,7 +56,7 @@ from queuemgr.service.loop import SchedulerLoop
 from queuemgr.service.simulated import SimulatedBackend
 from queuemgr.sim.engine import Engine as SimEngine
 from queuemgr.sim.engine import Event
-from queuemgr.sim.scenario import Scenario, SimWorkload, load_scenario
+from queuemgr.spec.scenario import Scenario, SimWorkload, load_scenario
 from queuemgr.store.config import load_config
 from queuemgr.store.notify import submit_workload
 

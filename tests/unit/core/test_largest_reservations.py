@@ -22,8 +22,8 @@ from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import PendingReason
 from queuemgr.core.snapshot import Snapshot
-from queuemgr.sim.knobs import parse_policy
-from queuemgr.sim.yamlcheck import ScenarioError
+from queuemgr.spec.checks import ScenarioError
+from queuemgr.spec.knobs import parse_policy
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 from tests.unit.core.test_properties import (
     SETTINGS,

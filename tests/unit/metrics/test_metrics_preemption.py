@@ -13,7 +13,7 @@ from queuemgr.core.reasons import Decisions, Eviction, PreemptionReason
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.sim.engine import Engine, Event
-from queuemgr.sim.scenario import load_scenario
+from queuemgr.spec.scenario import load_scenario
 from tests.builders import Result, World, make_admitted, make_cq, make_nodes
 from tests.builders import make_workload as wl
 from tests.observability import lost_gpu_seconds

@@ -9,7 +9,7 @@ from queuemgr.core.snapshot import Snapshot
 from queuemgr.metrics import SchedulerMetrics, label_values
 from queuemgr.metrics.shape import base_units
 from queuemgr.sim.engine import Engine
-from queuemgr.sim.scenario import load_scenario
+from queuemgr.spec.scenario import load_scenario
 from tests.observability import queued, run, simulate
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from queuemgr.service.simulated import load_cluster_file
-from queuemgr.sim.scenario import ScenarioError
+from queuemgr.spec.scenario import ScenarioError
 
 NODES = (
     "flavors: [{name: default}]\n"

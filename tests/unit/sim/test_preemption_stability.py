@@ -62,7 +62,7 @@ from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, SimResult
-from queuemgr.sim.scenario import SimWorkload
+from queuemgr.spec.scenario import SimWorkload
 from tests.builders import World, make_cq, make_nodes, make_workload
 from tests.worlds import Spec, build, specs
 

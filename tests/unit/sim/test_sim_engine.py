@@ -8,7 +8,7 @@ import pytest
 
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import summarize
-from queuemgr.sim.scenario import parse_scenario
+from queuemgr.spec.scenario import parse_scenario
 
 
 def workload(name: str, ns: str, *, at: float, runtime: float, gpus: int, count: int = 1) -> Any:

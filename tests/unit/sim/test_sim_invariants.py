@@ -14,7 +14,7 @@ from queuemgr.core.model import (
     PodSetPlacement,
 )
 from queuemgr.sim.invariants import InvariantChecker
-from queuemgr.sim.scenario import parse_scenario
+from queuemgr.spec.scenario import parse_scenario
 
 RAW: dict[str, Any] = {
     "flavors": [{"name": "gpu"}],

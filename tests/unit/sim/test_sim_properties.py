@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queuemgr.sim.engine import Engine
-from queuemgr.sim.scenario import parse_scenario
+from queuemgr.spec.scenario import parse_scenario
 
 
 @st.composite

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from queuemgr.sim.scenario import parse_scenario
-from queuemgr.sim.yamlcheck import ScenarioError
+from queuemgr.spec.checks import ScenarioError
+from queuemgr.spec.scenario import parse_scenario
 
 BASE: dict[str, Any] = {
     "flavors": [{"name": "h100"}],

@@ -19,7 +19,7 @@ from queuemgr.sim.trace import (
     load_trace,
     parse_max_runtime_rule,
 )
-from queuemgr.sim.yamlcheck import InputError
+from queuemgr.spec.checks import InputError
 
 HEADER = "job_id,tenant,submit_s,duration_s,gpus_per_worker,workers,cpus_per_worker,"
 HEADER += "mem_gib_per_worker,status\n"

@@ -3,6 +3,8 @@
 Each case runs ``queuemgr simulate`` (whose readers every file-reading command
 shares) in a child process under an address-space limit, with a timeout; the
 limit is the child's own baseline plus 100 MB, measured by a harmless run first.
+The child's CPU time is held to that run's plus 1 s: before the bounds, the
+huge exponent alone cost 18 to 20 s of CPU before failing.
 """
 
 from __future__ import annotations
@@ -10,15 +12,17 @@ from __future__ import annotations
 import resource
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from queuemgr.sim.knobs import MAX_DURATION
-from queuemgr.sim.scenario import ScenarioError, load_scenario
-from queuemgr.sim.yamlcheck import MAX_FILE_BYTES, MAX_NODES, load_bounded
+from queuemgr.spec.checks import MAX_FILE_BYTES, MAX_NODES, load_bounded
+from queuemgr.spec.knobs import MAX_DURATION
+from queuemgr.spec.scenario import ScenarioError, load_scenario
 
 BOUND_BYTES = 100 << 20
+BOUND_CPU_S = 1.0
 PRIORITY = "    priority: 3000000000\n"  # beyond a PriorityClass value
 QUICKSTART = Path(__file__).resolve().parents[3] / "docs" / "examples" / "quickstart.yaml"
 NODES = "flavors: [{name: default}]\n"
@@ -36,7 +40,19 @@ def _laughs(levels: int, width: int = 9) -> str:
     return "\n".join(lines) + "\n" + _node(f"*l{levels - 1}")
 
 
-def _run_limited(args: list[str], limit: int | None) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stderr: str
+    cpu_s: float  # user + system time of the child
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_limited(args: list[str], limit: int | None) -> Run:
     def cap() -> None:
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -45,7 +61,8 @@ def _run_limited(args: list[str], limit: int | None) -> subprocess.CompletedProc
         "import sys; from queuemgr.cli.main import main\n"
         "sys.argv = ['queuemgr', *sys.argv[1:]]\nmain()"
     )
-    return subprocess.run(
+    before = _children_cpu()  # this process waits for one child at a time
+    r = subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
@@ -53,11 +70,18 @@ def _run_limited(args: list[str], limit: int | None) -> subprocess.CompletedProc
         preexec_fn=cap,
         check=False,
     )
+    return Run(r.returncode, r.stderr, _children_cpu() - before)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    peak_bytes: int  # the child's peak address space
+    cpu_s: float
 
 
 @pytest.fixture(scope="module")
-def baseline(tmp_path_factory: pytest.TempPathFactory) -> int:
-    """The child's peak address space for a small valid scenario (bytes)."""
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Baseline:
+    """A small valid scenario's child: its peak address space and its CPU time."""
     path = tmp_path_factory.mktemp("baseline") / "ok.yaml"
     path.write_text(NODES + "nodes: []\ncluster_queues: []\nworkloads: []\n")
     code = (
@@ -66,10 +90,12 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> int:
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(open('/proc/self/status').read().split('VmPeak:')[1].split()[0])"
     )
+    before = _children_cpu()
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    return int(out.stdout.strip().splitlines()[-1]) * 1024
+    cpu = _children_cpu() - before
+    return Baseline(int(out.stdout.strip().splitlines()[-1]) * 1024, cpu)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +107,11 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> int:
             _node("1e10000000"),
             "nodes[0].allocatable.nvidia.com/gpu: quantity out of range",
             id="huge-exponent",
+        ),
+        pytest.param(
+            _node("9" * 5000),  # an int() of over 4,300 digits: a bare ValueError before
+            "nodes[0].allocatable.nvidia.com/gpu: quantity out of range",
+            id="5000-digit-integer",
         ),
         pytest.param(
             _node(".inf"),
@@ -100,20 +131,22 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> int:
     ],
 )
 def test_a_hostile_file_is_refused_within_bounds(
-    tmp_path: Path, baseline: int, text: str, message: str
+    tmp_path: Path, baseline: Baseline, text: str, message: str
 ) -> None:
     path = tmp_path / "hostile.yaml"
     path.write_text(text)
-    r = _run_limited(["simulate", str(path)], baseline + BOUND_BYTES)
+    r = _run_limited(["simulate", str(path)], baseline.peak_bytes + BOUND_BYTES)
     assert r.returncode == 2, r.stderr[-500:]
     assert message in r.stderr and "Traceback" not in r.stderr, r.stderr[-500:]
     assert len(r.stderr) < 2_000  # the value is quoted, not dumped
+    assert r.cpu_s <= baseline.cpu_s + BOUND_CPU_S, (r.cpu_s, baseline.cpu_s)
 
 
-def test_an_endless_file_is_read_no_further_than_the_limit(baseline: int) -> None:
-    r = _run_limited(["simulate", "/dev/zero"], baseline + BOUND_BYTES)
+def test_an_endless_file_is_read_no_further_than_the_limit(baseline: Baseline) -> None:
+    r = _run_limited(["simulate", "/dev/zero"], baseline.peak_bytes + BOUND_BYTES)
     assert r.returncode == 2, r.stderr[-500:]
     assert f"larger than {MAX_FILE_BYTES} bytes" in r.stderr
+    assert r.cpu_s <= baseline.cpu_s + BOUND_CPU_S, (r.cpu_s, baseline.cpu_s)
 
 
 def test_aliases_within_the_budget_are_data() -> None:

@@ -28,9 +28,9 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.names import NameRule
 from queuemgr.core.resources import QuantityError, ResourceName, parse_resources
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.knobs import parse_duration
-from queuemgr.sim.yamlcheck import ScenarioError, at
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import ScenarioError, at
+from queuemgr.spec.knobs import parse_duration
 
 
 def resources(raw: object, path: str) -> dict[ResourceName, int]:

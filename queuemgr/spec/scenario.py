@@ -3,7 +3,7 @@
 Why it exists: the simulator must run exactly the cluster the user described.
 Unknown fields, wrong types, dangling references, duplicate names, bad
 quantities and negative numbers are errors (never defaults), and each error
-names the YAML path of the offending value (see ``yamlcheck``).
+names the YAML path of the offending value (see ``spec.checks``).
 
 What must stay true: the result is built only from ``queuemgr.core`` value
 objects plus each workload's simulated ``runtime``; nothing here decides
@@ -35,9 +35,10 @@ from queuemgr.core.model import (
 from queuemgr.core.names import NameRule
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.snapshot import Config
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.knobs import parse_policy
-from queuemgr.sim.objects import (
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import ScenarioError, at
+from queuemgr.spec.knobs import parse_policy
+from queuemgr.spec.objects import (
     check_partial,
     parse_pod_set,
     parse_preemption,
@@ -45,7 +46,6 @@ from queuemgr.sim.objects import (
     parse_taints,
     resources,
 )
-from queuemgr.sim.yamlcheck import ScenarioError, at
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,8 +18,8 @@ from queuemgr.core.fairshare import DEFAULT_WEIGHTS
 from queuemgr.core.policy import Ordering, OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.resources import parse_resource_name
 from queuemgr.core.values import shown
-from queuemgr.sim import yamlcheck as y
-from queuemgr.sim.yamlcheck import ScenarioError, at
+from queuemgr.spec import checks as y
+from queuemgr.spec.checks import ScenarioError, at
 
 KNOBS = (
     "reservation_depth",

@@ -6,7 +6,7 @@ import pytest
 
 from queuemgr.core.policy import Ordering, OverrunPolicy, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.resources import ResourceName
-from queuemgr.sim.knobs import parse_policy, policy_knobs
+from queuemgr.spec.knobs import parse_policy, policy_knobs
 
 
 @pytest.mark.parametrize(
