@@ -29,8 +29,7 @@ What must stay true:
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
 
@@ -255,15 +254,6 @@ class SchedulerMetrics(MetricFamilies):
     def render(self) -> bytes:
         """The registry in Prometheus's text exposition format."""
         return generate_latest(self.registry)
-
-    def timed(
-        self, snapshot: Snapshot, run: Callable[[Snapshot, float], Decisions], now: float
-    ) -> Decisions:
-        """Run one cycle with ``run`` (``schedule``), time it, observe it, return its decisions."""
-        started = time.perf_counter()
-        decisions = run(snapshot, now)
-        self.observe_cycle(snapshot, decisions, time.perf_counter() - started, now)
-        return decisions
 
 
 def serve(

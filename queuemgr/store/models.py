@@ -60,7 +60,6 @@ Vector = dict[str, int]
 
 # Queued means "waiting for admission": the core re-judges Inadmissible
 # workloads every cycle, since a config change can make them fit.
-QUEUED_STATES = (WorkloadState.PENDING.value, WorkloadState.INADMISSIBLE.value)
 _QUEUED_SQL = "state IN ('Pending', 'Inadmissible')"
 
 workload_state = Enum(
