@@ -40,9 +40,10 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import Decisions, PendingReason, PendingStatus
+from queuemgr.core.reasons import Decisions, PendingStatus
 from queuemgr.core.resources import GPU, ResourceName, parse_quantity
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, build_snapshot
+from queuemgr.core.verdicts import PendingReason
 
 FLAVOR_LABEL = "flavor"
 _ALIASES = {"gpu": GPU}
@@ -421,9 +422,7 @@ class World:
             for wid, c in self.claims.items()
             if wid in pending
         }
-        return dataclasses.replace(
-            snap, policy=self.policy, claims=claims, stopping=self.stopping
-        )
+        return dataclasses.replace(snap, policy=self.policy, claims=claims, stopping=self.stopping)
 
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()

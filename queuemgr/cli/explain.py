@@ -32,7 +32,7 @@ from queuemgr.core.claims import Claim
 from queuemgr.core.fairshare import decayed
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import BACKING_OFF, PendingReason
+from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
 from queuemgr.store.leadership import leader_settings

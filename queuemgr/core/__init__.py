@@ -6,8 +6,9 @@ the one and apply the other.
 """
 
 from queuemgr.core.cycle import schedule
-from queuemgr.core.reasons import Decisions, PendingReason, PendingStatus
+from queuemgr.core.reasons import Decisions, PendingStatus
 from queuemgr.core.snapshot import Config, Snapshot, build_snapshot
+from queuemgr.core.verdicts import PendingReason
 
 __all__ = [
     "Config",

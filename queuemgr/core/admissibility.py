@@ -17,8 +17,8 @@ from __future__ import annotations
 from queuemgr.core.model import ClusterQueue, Workload
 from queuemgr.core.partial import smallest
 from queuemgr.core.placement import fits_empty
-from queuemgr.core.reasons import PendingReason, Verdict
 from queuemgr.core.snapshot import Config
+from queuemgr.core.verdicts import PendingReason, Verdict
 
 
 def inadmissible(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:

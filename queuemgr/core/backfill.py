@@ -34,9 +34,10 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool
-from queuemgr.core.reasons import Eviction, PendingReason, Verdict
+from queuemgr.core.reasons import Eviction
 from queuemgr.core.reservations import Guard, Planner, Reservation
 from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.verdicts import PendingReason, Verdict
 
 # (queue, flavor, shape, max_runtime): what decides whether a guard holds a job back.
 HeldKey = tuple[ClusterQueueName, FlavorName, ShapeId, float | None]

@@ -77,14 +77,13 @@ from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
     Eviction,
-    PendingReason,
     PendingStatuses,
-    Verdict,
     blocked_by_head,
     describe_fit_failure,
 )
 from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.verdicts import PendingReason, Verdict
 
 
 class _Stale:

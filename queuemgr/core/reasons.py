@@ -30,24 +30,7 @@ if TYPE_CHECKING:
     from queuemgr.core.claims import Claim
     from queuemgr.core.reservations import Reservation
 from queuemgr.core.resources import ResourceName, format_quantity
-
-
-class PendingReason(enum.Enum):
-    QUOTA_EXCEEDED = "QuotaExceeded"
-    COHORT_EXHAUSTED = "CohortExhausted"
-    NO_NODE_FITS = "NoNodeFits"
-    BLOCKED_BY_HEAD = "BlockedByHead"
-    INADMISSIBLE = "Inadmissible"
-    PREEMPTING = "Preempting"  # victims were evicted; it starts once they have stopped
-    WAITING_FOR_RESERVATION = "WaitingForReservation"  # it would delay a reserved gang
-    # Preempted before, it would come back as a borrower while in-nominal demand of
-    # its cohort waits for that capacity (it would only be reclaimed again).
-    NOMINAL_DEMAND_WAITING = "NominalDemandWaiting"
-
-
-# The status reason of a preempted workload held out of the queue until its requeue
-# time (the requeue backoff). No cycle gives it: such a workload is in no snapshot.
-BACKING_OFF = "BackingOff"
+from queuemgr.core.verdicts import PendingReason, Verdict
 
 
 class PreemptionReason(enum.Enum):
@@ -68,23 +51,6 @@ class Eviction:
     @property
     def message(self) -> str:
         return f"Preempted by {self.preemptor} ({self.reason.value})"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Verdict:
-    """The outcome of trying one workload; shared by every workload of the same shape.
-
-    ``detail`` may be a function: most verdicts of a cycle are never read, so
-    the words are only put together when somebody asks for ``message``.
-    """
-
-    reason: PendingReason
-    detail: str | Callable[[], str]
-    eta: float | None = None  # when it is expected to start, if known
-
-    @property
-    def message(self) -> str:
-        return self.detail if isinstance(self.detail, str) else self.detail()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -36,8 +36,8 @@ from queuemgr.core.node_topology import FreeIndex, NodeTopology
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import PendingQueue
 from queuemgr.core.quota import QuotaTopology
-from queuemgr.core.reasons import Verdict
 from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.verdicts import Verdict
 
 # usage[cq][flavor][resource]
 Usage = Mapping[ClusterQueueName, Mapping[FlavorName, Resources]]

@@ -38,15 +38,10 @@ from prometheus_client.exposition import start_http_server
 
 from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, Workload
 from queuemgr.core.quota import QuotaLedger
-from queuemgr.core.reasons import (
-    BACKING_OFF,
-    Decisions,
-    Eviction,
-    PendingReason,
-    PreemptionReason,
-)
+from queuemgr.core.reasons import Decisions, Eviction, PreemptionReason
 from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.snapshot import Snapshot, admitted_requests
+from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.metrics.families import MetricFamilies
 from queuemgr.metrics.shape import (
     EVICTION_REASONS,

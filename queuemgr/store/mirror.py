@@ -39,9 +39,10 @@ from queuemgr.core.cache import Cache
 from queuemgr.core.claims import Claim
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
-from queuemgr.core.reasons import Decisions, PendingReason
+from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, admitted_requests
+from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 from queuemgr.store.config import load_config
 from queuemgr.store.repository import StoredState, with_claims

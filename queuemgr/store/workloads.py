@@ -46,7 +46,8 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.reasons import Decisions, PendingReason
+from queuemgr.core.reasons import Decisions
+from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 
 

@@ -137,8 +137,9 @@ def test_a_name_kubernetes_would_refuse_is_refused_naming_the_field(
 # refuses them. Before the bounds, --priority 3000000000 was "database error: integer out
 # of range" (exit 1), 1e4300 Python's 4300-digit error (exit 1), the --since overflow an
 # OverflowError (exit 1), 1e30 GPUs were stored, and apply -f /dev/zero read forever.
-NAN_FILE = "flavors: [{name: h100}]\ncluster_queues:\n  - name: nan\n    resources:\n      - flavor: h100\n" + (
-    "        nominal: {nvidia.com/gpu: .nan}\n"
+NAN_FILE = (
+    "flavors: [{name: h100}]\ncluster_queues:\n  - name: nan\n    resources:\n"
+    "      - flavor: h100\n        nominal: {nvidia.com/gpu: .nan}\n"
 )
 ABSURD = {
     "priority-int32": (
@@ -182,7 +183,12 @@ ABSURD = {
 
 @pytest.mark.parametrize(("command", "names"), list(ABSURD.values()), ids=list(ABSURD))
 def test_an_absurd_value_is_refused_up_front_naming_the_field(
-    cli: Invoke, applied: Path, engine: Engine, tmp_path: Path, command: tuple[str, ...], names: str
+    cli: Invoke,
+    applied: Path,
+    engine: Engine,
+    tmp_path: Path,
+    command: tuple[str, ...],
+    names: str,
 ) -> None:
     nan = tmp_path / "nan.yaml"
     nan.write_text(NAN_FILE)

@@ -18,7 +18,8 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import Decisions, PendingReason
+from queuemgr.core.reasons import Decisions
+from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_node
 from queuemgr.store.mirror import StateMirror

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, WorkloadId
-from queuemgr.core.reasons import PendingReason
+from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import workloads as store
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict, mark_finished, requeue

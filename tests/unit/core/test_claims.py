@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import PendingReason, PreemptionReason
+from queuemgr.core.reasons import PreemptionReason
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import Taint, TaintEffect
-from queuemgr.core.reasons import PendingReason
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_flavor, make_nodes
 from tests.builders import make_workload as wl
 

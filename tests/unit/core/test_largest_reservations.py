@@ -20,8 +20,8 @@ from queuemgr.core.model import Workload
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger
-from queuemgr.core.reasons import PendingReason
 from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.verdicts import PendingReason
 from queuemgr.spec.checks import ScenarioError
 from queuemgr.spec.knobs import parse_policy
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from queuemgr.core.model import PodSet
 from queuemgr.core.partial import largest_fit, partial_pod_set, smallest, with_count
-from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import admitted_requests
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import Result, World, make_admitted, make_cq, make_flavor, make_nodes, resources
 from tests.builders import make_workload as wl
 

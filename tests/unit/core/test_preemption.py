@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
-from queuemgr.core.reasons import PendingReason, PreemptionReason
+from queuemgr.core.reasons import PreemptionReason
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import admitted_requests
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
 

@@ -20,9 +20,10 @@ from queuemgr.core.model import (
     Workload,
     tolerated,
 )
-from queuemgr.core.reasons import Decisions, PendingReason
+from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, build_snapshot
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import (
     ClusterQueueBuilder,
     World,

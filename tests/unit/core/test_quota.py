@@ -9,8 +9,8 @@ import pytest
 from queuemgr.core.model import ClusterQueueName, FlavorName
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger, QuotaTopology, QuotaVerdict
-from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU, ResourceName
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import ClusterQueueBuilder, World, make_admitted, make_cq, make_nodes
 from tests.builders import make_workload as wl
 

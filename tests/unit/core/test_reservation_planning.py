@@ -13,9 +13,9 @@ from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, PodSet
 from queuemgr.core.node_topology import build_free_index
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.timeline import PodCounter
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.reasons import PendingReason
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
 
@@ -74,9 +74,11 @@ def test_a_job_that_leaves_room_for_the_gang_may_run_past_its_start() -> None:
 
 
 def test_unknown_when_a_blocker_declares_no_max_runtime() -> None:
-    res = _busy_cluster(ends=(100.0, None)).submit(
-        gang(), make_workload("small").ns("q").gpus(4).at(2.0)
-    ).run(now=50.0)
+    res = (
+        _busy_cluster(ends=(100.0, None))
+        .submit(gang(), make_workload("small").ns("q").gpus(4).at(2.0))
+        .run(now=50.0)
+    )
     (r,) = res.decisions.reservations
     assert r.start is None
     assert r.unknown_because == ("q/run1",)

@@ -12,8 +12,8 @@ from queuemgr.core.domains import plan_domains
 from queuemgr.core.model import Admission, FlavorName, Node, NodeName, PodSet
 from queuemgr.core.node_topology import NodeTopology
 from queuemgr.core.placement import NodePool
-from queuemgr.core.reasons import PendingReason
 from queuemgr.core.resources import GPU
+from queuemgr.core.verdicts import PendingReason
 from tests.builders import (
     Result,
     World,
