@@ -164,3 +164,26 @@ def test_the_cluster_files_cohorts_keep_their_settings(
         stored = load_store_config(conn)[0]
     assert stored.cohorts == load_cluster_file(tmp_path / "cluster.yaml").cohorts
     assert stored.cohorts[CohortName("research")].fair_sharing
+
+
+def test_safety_cycles_log_nothing_at_info(
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fifteen quiet safety cycles write no line each: the APScheduler job serve ran them
+    with before logged two INFO lines per cycle ("Running job ...", "... executed")."""
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    (tmp_path / "serve.yaml").write_text(
+        "cluster_file: cluster.yaml\ncycle_interval: 0.1\nhttp_address: 127.0.0.1:0\n"
+    )
+    config = load_config(tmp_path / "serve.yaml", env={"QUEUEMGR_DATABASE_URL": database_url})
+    caplog.set_level("INFO")
+    svc = Service(config)
+    svc.start()
+    try:
+        wait_for(lambda: svc.elector.is_leader, timeout=5)
+        caplog.clear()
+        time.sleep(1.5)
+    finally:
+        svc.stop()
+    lines = [r for r in caplog.records if r.levelno >= 20 and "stop" not in r.getMessage()]
+    assert len(lines) <= 2, [f"{r.name}: {r.getMessage()}" for r in lines]
