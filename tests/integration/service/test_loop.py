@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
-from queuemgr.core.policy import Ordering
+from queuemgr.core.policy import Ordering, OverrunPolicy
 from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.service.fakes import FakeClock
 from queuemgr.service.loop import SERVICE_POLICY
@@ -251,6 +251,40 @@ def _nodes_of(engine: Engine, name: str) -> set[str]:
             {"name": name},
         )
         return {r.node for r in rows}
+
+
+def test_a_leader_deposed_while_it_stops_an_overrun_does_not_finish_it(engine: Engine) -> None:
+    """The max-runtime path writes its finish fenced: the lease is lost while the leader
+    stops the overrunning gang (paused there, its session ended), so the finish it then
+    tries is refused and the row stays Admitted for the successor to judge."""
+    seed_config(engine)
+    clock = FakeClock(T0)
+    with engine.begin() as conn:
+        submit_workload(conn, dataclasses.replace(gang("long-1", created_at=T0), max_runtime=60))
+    policy = dataclasses.replace(SERVICE_POLICY, overrun_policy=OverrunPolicy.EVICT)
+    loop, elector, backend = make_loop(engine, clock=clock, policy=policy, safety_interval=1)
+    assert elector.step()
+    try:
+        loop.run_once()
+        assert states(engine)["long-1"] == "Admitted"
+        stop = backend.stop
+
+        def paused_in_stop(wid: WorkloadId) -> None:
+            with engine.connect() as conn:
+                pid = holder_pid(conn)
+                conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                conn.commit()
+            stop(wid)
+
+        backend.stop = paused_in_stop  # type: ignore[method-assign]
+        clock.advance(3600)
+        loop.request_safety_cycle()
+        with pytest.raises(NotLeader):
+            loop.run_once()
+        assert backend.stop_calls["team-a/long-1"] == 1  # it did get that far
+        assert states(engine)["long-1"] == "Admitted"
+    finally:
+        elector.stop()
 
 
 def test_a_claim_survives_a_failover_and_its_room_goes_to_its_preemptor(engine: Engine) -> None:
