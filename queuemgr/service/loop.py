@@ -56,13 +56,14 @@ from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.service.eta import EtaTracker
 from queuemgr.service.leader import LeaderElector
 from queuemgr.service.ports import Clock, ClusterBackend
+from queuemgr.store.decisions import Persisted, persist_decisions
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads, notify, requeue_workload
 from queuemgr.store.repository import StoredState
 from queuemgr.store.transitions import evict, finish_many
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
-from queuemgr.store.workloads import Persisted, StateConflict, persist_decisions
+from queuemgr.store.workloads import StateConflict
 
 log = logging.getLogger(__name__)
 # The default policy: what ``queuemgr simulate`` runs unless a scenario says otherwise.

@@ -45,8 +45,9 @@ from queuemgr.core.snapshot import Config, admitted_requests
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 from queuemgr.store.config import load_config
+from queuemgr.store.decisions import Persisted
+from queuemgr.store.live import LiveRow, Status, read_live, read_stopping
 from queuemgr.store.repository import StoredState, with_claims
-from queuemgr.store.workloads import LiveRow, Persisted, Status, read_live, read_stopping
 
 # Which row versions the configuration tables hold: every INSERT or UPDATE
 # writes a tuple with a new (ctid, xmin), a DELETE removes one. An equal count

@@ -28,8 +28,8 @@ from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload, WorkloadId
 from queuemgr.core.snapshot import Config, Snapshot, build_snapshot
 from queuemgr.store.config import load_config
+from queuemgr.store.live import load_workloads
 from queuemgr.store.tenant_view import read_as_tenant
-from queuemgr.store.workloads import load_workloads
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,8 +18,8 @@ from queuemgr.core.model import (
     PodSetPlacement,
 )
 from queuemgr.core.reasons import Decisions, PendingStatuses
+from queuemgr.store.decisions import persist_decisions
 from queuemgr.store.repository import load_state
-from queuemgr.store.workloads import persist_decisions
 from tests.integration.cli.conftest import Invoke, no_traceback
 
 pytestmark = pytest.mark.integration

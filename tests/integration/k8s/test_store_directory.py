@@ -24,6 +24,7 @@ from queuemgr.k8s.fakes import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
 from queuemgr.k8s.webhook import AdmissionHandler
 from queuemgr.service.k8s_directory import StoreQueueDirectory
+from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config import (
     upsert_cluster_queue,
@@ -112,7 +113,7 @@ def directories(engine: Engine) -> tuple[StoreQueueDirectory, InMemoryDirectory]
     decisions = schedule(load_state(engine).snapshot(), 1_700_000_001.0)
     assert [a.workload.name for a in decisions.admitted] == ["pretrain"]
     with engine.begin() as conn:
-        store.persist_decisions(conn, decisions, now=1_700_000_001.0)
+        store_decisions.persist_decisions(conn, decisions, now=1_700_000_001.0)
     admitted = [(a.workload, a.admission) for a in decisions.admitted]
     fake = InMemoryDirectory(
         flavors=[H100, STANDARD],

@@ -20,6 +20,7 @@ from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import PendingReason
+from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_node
 from queuemgr.store.mirror import StateMirror
@@ -41,11 +42,13 @@ def _submit(engine: Engine, *jobs: tuple[str, str]) -> None:
             store.insert_workload(conn, job(ns, name, NOW + i))
 
 
-def _commit(engine: Engine, state: StoredState, now: float) -> tuple[Decisions, store.Persisted]:
+def _commit(
+    engine: Engine, state: StoredState, now: float
+) -> tuple[Decisions, store_decisions.Persisted]:
     """What the loop commits: the decisions and the evictions, in one transaction."""
     decisions = schedule(state.snapshot(), now)
     with engine.begin() as conn:
-        done = store.persist_decisions(conn, decisions, now=now, previous=state.statuses)
+        done = store_decisions.persist_decisions(conn, decisions, now=now, previous=state.statuses)
         for e in decisions.evicted:
             evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
     return decisions, done
@@ -190,7 +193,7 @@ def test_a_claim_for_a_preemptor_gone_meanwhile_rolls_the_cycle_back(engine: Eng
         mark_finished(conn, MINE, now=NOW + 11, reason="Cancelled")
     before = _column(engine, "solo/s", "version")
     with engine.begin() as conn, pytest.raises(store.StateConflict, match="owner/mine"):
-        store.persist_decisions(conn, decisions, now=NOW + 11, previous=state.statuses)
+        store_decisions.persist_decisions(conn, decisions, now=NOW + 11, previous=state.statuses)
     assert _column(engine, "solo/s", "version") == before  # its new reason rolled back too
 
 

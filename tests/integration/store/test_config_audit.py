@@ -27,9 +27,10 @@ from queuemgr.store.config import (
     upsert_cohort,
     upsert_node,
 )
+from queuemgr.store.decisions import persist_decisions
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import mark_finished
-from queuemgr.store.workloads import insert_workload, persist_decisions
+from queuemgr.store.workloads import insert_workload
 from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
 
 pytestmark = pytest.mark.integration

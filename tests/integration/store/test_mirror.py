@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.snapshot import Snapshot
+from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_cluster_queue
 from queuemgr.store.mirror import StateMirror
@@ -71,11 +72,11 @@ def _submit(engine: Engine, *names: str, pods: int = 1) -> None:
             store.insert_workload(conn, gang(name, pods=pods, created_at=NOW + i))
 
 
-def _cycle(engine: Engine, mirror: StateMirror, now: float) -> store.Persisted:
+def _cycle(engine: Engine, mirror: StateMirror, now: float) -> store_decisions.Persisted:
     state = mirror.refresh(engine)
     decisions = schedule(state.snapshot(), now)
     with engine.begin() as conn:
-        done = store.persist_decisions(conn, decisions, now=now, previous=state.statuses)
+        done = store_decisions.persist_decisions(conn, decisions, now=now, previous=state.statuses)
     mirror.committed(decisions, done, now=now)
     return done
 
@@ -116,7 +117,9 @@ def test_a_write_by_someone_else_in_between_is_read_again(engine: Engine) -> Non
     state = mirror.refresh(engine)
     decisions = schedule(state.snapshot(), NOW + 10)
     with engine.begin() as conn:
-        done = store.persist_decisions(conn, decisions, now=NOW + 10, previous=state.statuses)
+        done = store_decisions.persist_decisions(
+            conn, decisions, now=NOW + 10, previous=state.statuses
+        )
     with engine.begin() as conn:  # after the cycle's commit, before the mirror folds it in
         mark_finished(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Cancelled")
     mirror.committed(decisions, done, now=NOW + 10)

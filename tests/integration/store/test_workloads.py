@@ -13,6 +13,7 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, WorkloadId
 from queuemgr.core.verdicts import PendingReason
+from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict, mark_finished, requeue
@@ -85,7 +86,7 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
     decisions = schedule(before.snapshot(), NOW)
     assert [a.workload.name for a in decisions.admitted] == ["fits"]
     with engine.connect() as conn:
-        done = store.persist_decisions(conn, decisions, now=NOW, previous=before.statuses)
+        done = store_decisions.persist_decisions(conn, decisions, now=NOW, previous=before.statuses)
         conn.commit()
     assert done.admitted == 1 and done.statuses_written == 1
     after = load_state(engine)
@@ -94,9 +95,9 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
     # Nothing changed since: the next cycle writes no status at all.
     again = schedule(after.snapshot(), NOW + 1)
     with engine.begin() as conn:
-        assert store.persist_decisions(conn, again, now=NOW + 1, previous=after.statuses) == (
-            store.Persisted(admitted=0, statuses_written=0)
-        )
+        assert store_decisions.persist_decisions(
+            conn, again, now=NOW + 1, previous=after.statuses
+        ) == (store_decisions.Persisted(admitted=0, statuses_written=0))
     assert _states(engine)["waits"][0] == "Pending"
 
 
@@ -108,7 +109,7 @@ def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
     decisions = schedule(state.snapshot(), NOW)
     assert decisions.pending[WorkloadId("team-a/too-big")].reason is PendingReason.INADMISSIBLE
     with engine.begin() as conn:
-        store.persist_decisions(conn, decisions, now=NOW, previous=state.statuses)
+        store_decisions.persist_decisions(conn, decisions, now=NOW, previous=state.statuses)
     assert _states(engine)["too-big"][0] == "Inadmissible"
     assert [w.name for w in load_state(engine).pending] == ["too-big"]  # still judged
 
@@ -135,16 +136,16 @@ def test_decisions_are_all_or_nothing(engine: Engine, monkeypatch: pytest.Monkey
     )
     bad = dataclasses.replace(decisions, admitted=(*decisions.admitted, ghost))
     with pytest.raises(store.StateConflict, match="ghost"), engine.connect() as conn:
-        store.persist_decisions(conn, bad, now=NOW)
+        store_decisions.persist_decisions(conn, bad, now=NOW)
     assert _states(engine) == snapshot_before and _placements(engine) == 0
 
     # A failure after admissions and placements were written, before the statuses.
     def boom(*args: object, **kwargs: object) -> int:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(store, "_write_statuses", boom)
+    monkeypatch.setattr(store_decisions, "_write_statuses", boom)
     with pytest.raises(RuntimeError, match="injected"), engine.connect() as conn:
-        store.persist_decisions(conn, decisions, now=NOW)
+        store_decisions.persist_decisions(conn, decisions, now=NOW)
     assert _states(engine) == snapshot_before and _placements(engine) == 0
 
 
@@ -157,13 +158,13 @@ def test_a_workload_is_never_admitted_twice(engine: Engine) -> None:
     decisions = schedule(state.snapshot(), NOW)
     first = engine.connect()
     first.begin()
-    store.persist_decisions(first, decisions, now=NOW)  # holds the row lock, uncommitted
+    store_decisions.persist_decisions(first, decisions, now=NOW)  # holds the row lock, uncommitted
     outcome: list[BaseException | None] = []
 
     def second() -> None:
         try:
             with engine.connect() as conn:
-                store.persist_decisions(conn, decisions, now=NOW + 1)
+                store_decisions.persist_decisions(conn, decisions, now=NOW + 1)
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)
@@ -187,7 +188,7 @@ def test_finish_evict_requeue_free_placements(engine: Engine) -> None:
         store.insert_workload(conn, gang("b"))
     decisions = schedule(load_state(engine).snapshot(), NOW)
     with engine.begin() as conn:
-        store.persist_decisions(conn, decisions, now=NOW)
+        store_decisions.persist_decisions(conn, decisions, now=NOW)
     assert _placements(engine) == 2
     a, b = WorkloadId("team-a/a"), WorkloadId("team-a/b")
     with engine.begin() as conn:

@@ -1,0 +1,269 @@
+"""A cycle's decisions, written: admissions with their placements, statuses and claims.
+
+Why it exists: the service's loop is "load, ``schedule``, persist, apply";
+``live`` is the load, this is the persist.
+
+What must stay true: everything a cycle decided is written in ONE transaction
+or nothing is; each admission is a conditional UPDATE on the queued states
+that bumps ``version``, so of two writers admitting one workload exactly one
+wins and the other's whole transaction rolls back (:class:`StateConflict`); a
+pending preemptor's claim is written in the transaction that evicts its
+victims and cleared in the one that admits it (or ends the claim).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, text
+
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import Admission, AdmittedWorkload, WorkloadId
+from queuemgr.core.reasons import Decisions
+from queuemgr.core.verdicts import PendingReason
+from queuemgr.store import codec
+from queuemgr.store.live import Status
+from queuemgr.store.workloads import StateConflict, atomic
+
+# One statement per kind of write, whatever the number of workloads: arrays
+# unnested into a join. The state condition is what makes admission safe.
+_ADMIT = text("""
+UPDATE workloads AS w
+SET state = 'Admitted', reason = 'Admitted', message = '', state_since = :now,
+    admitted_at = :now, cluster_queue = d.cq, flavor = d.flavor, borrowing = d.borrowing,
+    claim = NULL, requeue_at = NULL, version = w.version + 1
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:cqs AS text[]),
+            CAST(:flavors AS text[]), CAST(:borrowing AS boolean[]))
+     AS d(ns, name, cq, flavor, borrowing)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+RETURNING w.id, w.namespace, w.name, w.version
+""")
+
+_PLACE = text("""
+INSERT INTO placements (workload_id, pod_set, node, count)
+SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:pod_sets AS text[]),
+                     CAST(:nodes AS text[]), CAST(:counts AS int[]))
+""")
+
+# Statuses repeat (workloads of one shape share a verdict): each distinct one is
+# sent once, and every row names it by its position (``which``, 1-based).
+_SET_STATUS = """
+UPDATE workloads AS w
+SET state = CAST(s.state AS workload_state), reason = s.reason, message = s.message,
+    state_since = CASE WHEN w.state = CAST(s.state AS workload_state) THEN w.state_since
+                       ELSE :now END,
+    version = w.version + 1
+FROM {rows}
+JOIN unnest(CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:messages AS text[]))
+     WITH ORDINALITY AS s(state, reason, message, k) ON s.k = d.which
+WHERE {match} AND w.state IN ('Pending', 'Inadmissible')
+RETURNING w.namespace, w.name, w.version
+"""
+_STATUS_BY_NAME = text(
+    _SET_STATUS.format(
+        rows="unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:which AS int[])) "
+        "AS d(ns, name, which)",
+        match="w.namespace = d.ns AND w.name = d.name",
+    )
+)
+_STATUS_BY_ID = text(
+    _SET_STATUS.format(
+        rows="unnest(CAST(:ids AS bigint[]), CAST(:which AS int[])) AS d(id, which)",
+        match="w.id = d.id",
+    )
+)
+
+
+# A claim is set on a queued preemptor only: one that left the queue (cancelled
+# meanwhile) is a lost race, and the cycle that evicted for it rolls back.
+_SET_CLAIMS = text("""
+UPDATE workloads AS w SET claim = CAST(d.claim AS jsonb), version = w.version + 1
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:claims AS text[]))
+     AS d(ns, name, claim)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+RETURNING w.namespace, w.name, w.version
+""")
+_CLEAR_CLAIMS = text("""
+UPDATE workloads AS w SET claim = NULL, version = w.version + 1
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[])) AS d(ns, name)
+WHERE w.namespace = d.ns AND w.name = d.name AND w.claim IS NOT NULL
+RETURNING w.namespace, w.name, w.version
+""")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Persisted:
+    admitted: int
+    statuses_written: int
+    claims_written: int = 0  # claims set or cleared (an admission clears its own)
+    # What was written, for a caller that keeps its own copy of the rows
+    # (``store.mirror``): each written row's new version, and the statuses.
+    versions: Mapping[WorkloadId, int] = field(default_factory=dict, compare=False)
+    statuses: Mapping[WorkloadId, Status] = field(default_factory=dict, compare=False)
+
+
+def persist_decisions(
+    conn: Connection,
+    decisions: Decisions,
+    *,
+    now: float,
+    previous: Mapping[WorkloadId, Status] | None = None,
+    messages: bool = True,
+    only: Collection[WorkloadId] | None = None,
+    ids: Mapping[WorkloadId, int] | None = None,
+) -> Persisted:
+    """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
+
+    ``previous`` (from :func:`load_workloads`) limits the status writes to the
+    workloads whose state, reason or message changed; without it all are written.
+    With ``messages=False`` a change of the message alone is not written (its
+    numbers move with every admission; the caller refreshes them now and then).
+    ``only`` limits the status writes to those workloads (say, the ones no
+    cycle has judged yet), so a cycle need not compare every pending one.
+    ``ids`` (workload -> row id, when the caller knows them) lets the status
+    writes find their rows by primary key and send integers instead of names.
+    """
+    at = codec.timestamp(now)
+    versions: dict[WorkloadId, int] = {}
+    with atomic(conn):
+        admitted = _admit(conn, decisions.admitted, at, versions)
+        statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only, ids)
+        # Last, so that ``versions`` holds each row's final version.
+        claims = _write_claims(conn, decisions, versions)
+    return Persisted(
+        admitted=admitted,
+        statuses_written=len(statuses),
+        claims_written=claims,
+        versions=versions,
+        statuses=statuses,
+    )
+
+
+def _write_claims(conn: Connection, decisions: Decisions, versions: dict[WorkloadId, int]) -> int:
+    """Set the cycle's new claims, clear the ended ones; StateConflict if a preemptor left."""
+    made = {c.workload.id: c for c in decisions.claims}
+    admitted = decisions.admitted_ids() if decisions.released_claims else set()
+    ended = [w for w in decisions.released_claims if w not in made and w not in admitted]
+    written = 0
+    if ended:
+        names = [wid.partition("/") for wid in ended]
+        rows = conn.execute(
+            _CLEAR_CLAIMS,
+            {"ns": [ns for ns, _, _ in names], "names": [name for _, _, name in names]},
+        ).all()
+        for r in rows:
+            versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
+        written += len(rows)
+    if made:
+        names = [wid.partition("/") for wid in made]
+        rows = conn.execute(
+            _SET_CLAIMS,
+            {
+                "ns": [ns for ns, _, _ in names],
+                "names": [name for _, _, name in names],
+                "claims": [json.dumps(codec.claim_json(c)) for c in made.values()],
+            },
+        ).all()
+        got = {WorkloadId(f"{r.namespace}/{r.name}"): r.version for r in rows}
+        missing = [wid for wid in made if wid not in got]
+        if missing:
+            raise StateConflict("claim room for", missing)
+        versions.update(got)
+        written += len(rows)
+    return written
+
+
+def _admit(
+    conn: Connection,
+    admissions: tuple[AdmittedWorkload, ...],
+    at: object,
+    versions: dict[WorkloadId, int],
+) -> int:
+    if not admissions:
+        return 0
+    adm: list[Admission] = [a.admission for a in admissions]
+    ws = [a.workload for a in admissions]
+    rows = conn.execute(
+        _ADMIT,
+        {
+            "now": at,
+            "ns": [w.namespace for w in ws],
+            "names": [w.name for w in ws],
+            "cqs": [str(a.cluster_queue) for a in adm],
+            "flavors": [str(a.flavor) for a in adm],
+            "borrowing": [a.borrowing for a in adm],
+        },
+    ).all()
+    row_ids: dict[str, int] = {}
+    for r in rows:
+        wid = WorkloadId(f"{r.namespace}/{r.name}")
+        row_ids[wid] = r.id
+        versions[wid] = r.version
+    missing = [w.id for w in ws if w.id not in row_ids]
+    if missing or len(rows) != len(ws):
+        raise StateConflict("admit", missing)
+    placed = [(row_ids[a.workload], p) for a in adm for p in a.placements]
+    if placed:
+        conn.execute(
+            _PLACE,
+            {
+                "ids": [i for i, _ in placed],
+                "pod_sets": [p.pod_set for _, p in placed],
+                "nodes": [str(p.node) for _, p in placed],
+                "counts": [p.count for _, p in placed],
+            },
+        )
+    return len(rows)
+
+
+def _write_statuses(
+    conn: Connection,
+    decisions: Decisions,
+    at: object,
+    previous: Mapping[WorkloadId, Status] | None,
+    versions: dict[WorkloadId, int],
+    messages: bool,
+    only: Collection[WorkloadId] | None,
+    ids: Mapping[WorkloadId, int] | None,
+) -> dict[WorkloadId, Status]:
+    changed: dict[WorkloadId, Status] = {}
+    statuses = decisions.pending
+    # Only the verdict is needed (not positions or ETAs), and workloads of one
+    # shape share one verdict: put each verdict's words together once.
+    words: dict[int, tuple[WorkloadState, str, str]] = {}
+    for wid in statuses if only is None else only:
+        try:
+            verdict = statuses.verdict(wid)
+        except KeyError:  # not pending any more (admitted by this cycle)
+            continue
+        new = words.get(id(verdict))
+        if new is None:
+            inadmissible = verdict.reason is PendingReason.INADMISSIBLE
+            state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
+            new = words[id(verdict)] = (state, verdict.reason.value, verdict.message)
+        old = None if previous is None else previous.get(wid)
+        if old != new and (messages or old is None or old[:2] != new[:2]):
+            changed[wid] = new
+    if changed:
+        distinct: dict[Status, int] = {}
+        which = [distinct.setdefault(st, len(distinct) + 1) for st in changed.values()]
+        params: dict[str, object] = {
+            "now": at,
+            "which": which,
+            "states": [st.value for st, _, _ in distinct],
+            "reasons": [reason for _, reason, _ in distinct],
+            "messages": [message for _, _, message in distinct],
+        }
+        if ids is not None and all(wid in ids for wid in changed):
+            params["ids"] = [ids[wid] for wid in changed]
+            rows = conn.execute(_STATUS_BY_ID, params)
+        else:
+            names = [wid.partition("/") for wid in changed]
+            params["ns"] = [ns for ns, _, _ in names]
+            params["names"] = [name for _, _, name in names]
+            rows = conn.execute(_STATUS_BY_NAME, params)
+        for r in rows:
+            versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
+    return changed

@@ -1,0 +1,257 @@
+"""The live workload rows a cycle reads: queued and admitted, with pod sets and placements.
+
+Why it exists: the service's loop is "load, ``schedule``, persist, apply"; this
+is the load (``load_workloads`` for ``repository.load_state``, ``read_live`` for
+``mirror``'s incremental reads), and ``decisions`` is the persist.
+
+What must stay true: each read matches a partial index's predicate exactly, so
+its cost follows the live workloads, never the finished history; a queued row
+whose ``requeue_at`` is after the cycle's ``now`` backs off and is no pending
+workload of that cycle; pod sets never change after submission, so a known
+workload's are not read again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from queuemgr.core.claims import Claim
+from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.model import (
+    Admission,
+    AdmittedWorkload,
+    ClusterQueueName,
+    FlavorName,
+    NodeName,
+    PodSet,
+    PodSetPlacement,
+    Workload,
+    WorkloadId,
+)
+from queuemgr.store import codec
+
+Status = tuple[WorkloadState, str, str]  # (state, reason, message) as stored
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workloads:
+    """The workloads a cycle needs, and the pending reasons last written for them."""
+
+    pending: tuple[Workload, ...]
+    admitted: tuple[AdmittedWorkload, ...]
+    # (state, reason, message) as stored, for writing only what a cycle changes.
+    statuses: Mapping[WorkloadId, Status] = field(default_factory=dict)
+    # The stored claims of the pending workloads (claim.workload is the pending object).
+    claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
+    # Queued workloads withheld from ``pending`` while they back off: when each is due.
+    backing_off: Mapping[WorkloadId, float] = field(default_factory=dict)
+    backing_off_workloads: tuple[Workload, ...] = ()  # the same, as workloads
+    # Evicted workloads not requeued yet: their pods may still run (Snapshot.stopping).
+    stopping: frozenset[WorkloadId] = frozenset()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LiveRow:
+    """One queued or admitted workload row as read, with the ``version`` it was read at."""
+
+    id: int
+    version: int
+    state: WorkloadState
+    reason: str
+    message: str
+    workload: Workload
+    admitted: AdmittedWorkload | None  # set when state is Admitted
+    claim: Claim | None = None  # a queued preemptor's, on ``workload``
+    requeue_at: float | None = None  # queued: not pending before then
+
+    def backs_off(self, now: float) -> bool:
+        """Whether this queued row is still backing off at ``now``."""
+        return self.admitted is None and self.requeue_at is not None and self.requeue_at > now
+
+
+_COLUMNS = (
+    "id, version, namespace, name, local_queue, priority, created_at, max_runtime, "
+    "state::text AS state, reason, message, admitted_at, cluster_queue, flavor, borrowing, "
+    "claim::text AS claim, evictions, requeue_at"
+)
+# Two reads, each matching one partial index's predicate exactly, so the cost
+# follows the live workloads, never the finished history.
+_ALL_LIVE = text(f"""
+SELECT {_COLUMNS} FROM workloads WHERE state IN ('Pending', 'Inadmissible')
+UNION ALL
+SELECT {_COLUMNS} FROM workloads WHERE state = 'Admitted'
+ORDER BY id
+""")
+_LIVE_BY_ID = text(f"""
+SELECT {_COLUMNS} FROM workloads
+WHERE id = ANY(CAST(:ids AS bigint[])) AND state IN ('Pending', 'Inadmissible', 'Admitted')
+ORDER BY id
+""")
+# JSONB as text: identical vectors (most workloads share a few shapes) are decoded once.
+_POD_SETS = text("""
+SELECT workload_id, name, count, requests::text, node_selector::text, tolerations::text,
+       topology_required, topology_preferred, min_count
+FROM pod_sets WHERE workload_id = ANY(CAST(:ids AS bigint[]))
+ORDER BY workload_id, position
+""")
+_PLACEMENTS = text("""
+SELECT workload_id, pod_set, node, count FROM placements
+WHERE workload_id = ANY(CAST(:ids AS bigint[]))
+ORDER BY workload_id, pod_set, node
+""")
+
+
+def read_live(
+    conn: Connection,
+    ids: Sequence[int] | None = None,
+    known: Mapping[int, Workload] | None = None,
+) -> list[LiveRow]:
+    """The live (queued or admitted) rows among ``ids`` (all of them when None), by id.
+
+    Pod sets never change after submission, so a row whose workload is in
+    ``known`` (by row id) keeps that object (a copy, if its eviction count
+    moved) and its pod sets are not read.
+    """
+    known = known or {}
+    if ids is None:
+        rows = conn.execute(_ALL_LIVE).all()
+    elif ids:
+        rows = conn.execute(_LIVE_BY_ID, {"ids": list(ids)}).all()
+    else:
+        return []
+    unknown = [r.id for r in rows if r.id not in known]
+    pod_sets = _read_pod_sets(conn, unknown) if unknown else {}
+    admitted_ids = [r.id for r in rows if r.state == "Admitted"]
+    placements: dict[int, list[PodSetPlacement]] = {}
+    if admitted_ids:
+        for wid, pod_set, node, count in conn.execute(_PLACEMENTS, {"ids": admitted_ids}):
+            placements.setdefault(wid, []).append(
+                PodSetPlacement(pod_set=pod_set, node=NodeName(node), count=count)
+            )
+    out: list[LiveRow] = []
+    for r in rows:
+        w = known.get(r.id)
+        if w is None:
+            w = Workload(
+                namespace=r.namespace,
+                name=r.name,
+                queue=r.local_queue,
+                pod_sets=pod_sets.get(r.id, ()),
+                priority=r.priority,
+                created_at=codec.seconds(r.created_at),
+                max_runtime=r.max_runtime,
+                evictions=r.evictions,
+            )
+        elif w.evictions != r.evictions:
+            w = dataclasses.replace(w, evictions=r.evictions)
+        state = WorkloadState(r.state)
+        admitted = None
+        if state is WorkloadState.ADMITTED:
+            admission = Admission(
+                workload=w.id,
+                cluster_queue=ClusterQueueName(r.cluster_queue),
+                flavor=FlavorName(r.flavor),
+                placements=tuple(placements.get(r.id, ())),
+                borrowing=r.borrowing,
+            )
+            at = codec.seconds(r.admitted_at)
+            admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=at)
+        claim = None
+        if admitted is None and r.claim is not None:
+            claim = codec.claim_of(json.loads(r.claim), w)
+        out.append(
+            LiveRow(
+                id=r.id,
+                version=r.version,
+                state=state,
+                reason=r.reason,
+                message=r.message,
+                workload=w,
+                admitted=admitted,
+                claim=claim,
+                requeue_at=None if r.requeue_at is None else codec.seconds(r.requeue_at),
+            )
+        )
+    return out
+
+
+# Served by ix_workloads_evicted: as many rows as victims on their way out.
+_STOPPING = text("SELECT namespace, name FROM workloads WHERE state = 'Evicted'")
+
+
+def read_stopping(conn: Connection) -> frozenset[WorkloadId]:
+    """Evicted workloads not requeued yet (whose pods may still run): ``Snapshot.stopping``."""
+    return frozenset(WorkloadId(f"{r.namespace}/{r.name}") for r in conn.execute(_STOPPING))
+
+
+def _read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, ...]]:
+    """Pod sets by workload row id; equal pod sets are one shared (immutable) object."""
+    decoded: dict[str, Any] = {}
+    interned: dict[tuple[Any, ...], PodSet] = {}
+
+    def dec(raw: str) -> Any:
+        value = decoded.get(raw)
+        if value is None:
+            value = decoded[raw] = json.loads(raw)
+        return value
+
+    out: dict[int, list[PodSet]] = {}
+    for row in conn.execute(_POD_SETS, {"ids": ids}):
+        wid, key = row[0], tuple(row[1:])
+        ps = interned.get(key)
+        if ps is None:
+            name, count, requests, selector, tolerations, required, preferred, min_count = key
+            ps = interned[key] = PodSet(
+                name=name,
+                count=count,
+                requests=codec.resources(dec(requests)),
+                node_selector=dict(dec(selector)),
+                tolerations=codec.tolerations_of(dec(tolerations)),
+                topology_required=required,
+                topology_preferred=preferred,
+                min_count=min_count,
+            )
+        out.setdefault(wid, []).append(ps)
+    return {wid: tuple(v) for wid, v in out.items()}
+
+
+def load_workloads(conn: Connection, *, now: float) -> Workloads:
+    """Queued (Pending, Inadmissible) and Admitted workloads, with pod sets and placements.
+
+    A queued workload still backing off at ``now`` is in ``backing_off``, not ``pending``.
+    """
+    pending: list[Workload] = []
+    admitted: list[AdmittedWorkload] = []
+    statuses: dict[WorkloadId, tuple[WorkloadState, str, str]] = {}
+    claims: dict[WorkloadId, Claim] = {}
+    backing_off: dict[WorkloadId, float] = {}
+    waiting_out: list[Workload] = []
+    for row in read_live(conn):
+        if row.admitted is not None:
+            admitted.append(row.admitted)
+            continue
+        wid = row.workload.id
+        statuses[wid] = (row.state, row.reason, row.message)
+        if row.backs_off(now):
+            assert row.requeue_at is not None
+            backing_off[wid] = row.requeue_at
+            waiting_out.append(row.workload)
+            continue
+        pending.append(row.workload)
+        if row.claim is not None:
+            claims[wid] = row.claim
+    return Workloads(
+        pending=tuple(pending),
+        admitted=tuple(admitted),
+        statuses=statuses,
+        claims=claims,
+        backing_off=backing_off,
+        backing_off_workloads=tuple(waiting_out),
+        stopping=read_stopping(conn),
+    )
