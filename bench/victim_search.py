@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import policy_replay  # noqa: E402
 
-from queuemgr.core import cycle  # noqa: E402
+from queuemgr.core import admitter  # noqa: E402
 from queuemgr.core.policy import SchedulerPolicy  # noqa: E402
 from queuemgr.core.preemption import Preemptor  # noqa: E402
 from queuemgr.sim.engine import Engine  # noqa: E402
@@ -65,14 +65,14 @@ def run(search: type[Preemptor], workloads: list[SimWorkload]) -> tuple[float, s
     def emit(e: dict[str, object]) -> None:
         digest.update(json.dumps(e, sort_keys=True, default=str).encode())
 
-    cycle.Preemptor = search  # type: ignore[misc]
+    admitter.Preemptor = search  # type: ignore[misc]
     try:
         engine = Engine(config, workloads, emit=emit, policy=SchedulerPolicy())
         started = time.perf_counter()
         engine.run()
         took = time.perf_counter() - started
     finally:
-        cycle.Preemptor = Preemptor  # type: ignore[misc]
+        admitter.Preemptor = Preemptor  # type: ignore[misc]
     return took, digest.hexdigest()[:16], engine.tally.preemptions
 
 

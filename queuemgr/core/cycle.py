@@ -51,51 +51,31 @@ from __future__ import annotations
 import heapq
 from functools import partial
 
-from queuemgr.core.admissibility import inadmissible, unroutable_verdict
-from queuemgr.core.backfill import Backfill, largest_pending
-from queuemgr.core.claims import Claim, placement_fits
+from queuemgr.core.admissibility import unroutable_verdict
+from queuemgr.core.admitter import STALE, Admitter, Stale
+from queuemgr.core.backfill import largest_pending
+from queuemgr.core.claims import placement_fits
 from queuemgr.core.model import (
-    Admission,
-    AdmittedWorkload,
     ClusterQueue,
     ClusterQueueName,
-    CohortName,
-    FlavorName,
-    PodSetPlacement,
     QueueingStrategy,
-    ShapeId,
     Workload,
-    WorkloadId,
 )
-from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, Nomination, Nominator
-from queuemgr.core.partial import largest_partial
-from queuemgr.core.placement import NodePool
-from queuemgr.core.policy import PreemptorAdmission
-from queuemgr.core.preemption import Preemptor, may_preempt, preempts_within
+from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, Nomination
+from queuemgr.core.preemption import preempts_within
 from queuemgr.core.queues import Cursor
-from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Decisions,
-    Eviction,
     PendingStatuses,
     blocked_by_head,
-    describe_fit_failure,
 )
-from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 
-
-class _Stale:
-    """The nominated flavor or class changed since the head was queued."""
-
-
-_STALE = _Stale()
 # Reasons for which waiting for capacity to free up is what a reservation plans.
 _RESERVABLE = frozenset(
     {PendingReason.NO_NODE_FITS, PendingReason.QUOTA_EXCEEDED, PendingReason.COHORT_EXHAUSTED}
 )
-_NOT_PREEMPTED = _Stale()  # a distinct sentinel: preemption found no way in
 # Verdicts that speak of this one workload, not of its shape in its queue: the
 # next of its shape is tried (a preemptor holds its claim as if admitted).
 _PER_WORKLOAD = frozenset(
@@ -117,215 +97,8 @@ def _nominal_demand_waiting(cq: ClusterQueue) -> Verdict:
     )
 
 
-class _Cycle:
-    def __init__(self, snapshot: Snapshot, now: float) -> None:
-        self.snapshot = snapshot
-        self.now = now
-        config = snapshot.config
-        self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
-        self.pool = NodePool(config.node_topology, snapshot.node_free, snapshot.node_index)
-        self.admitted: list[AdmittedWorkload] = []
-        # What the planners count as starting now: the admissions and the held claims.
-        self.planned: list[AdmittedWorkload] = []
-        self.log: list[AdmittedWorkload | Eviction] = []
-        self.claims: list[Claim] = []
-        self.released: list[WorkloadId] = []
-        # Decided before the order reached them (claims, largest first): skipped there.
-        self.decided: set[WorkloadId] = set()
-        # (cohort, flavor) where in-nominal demand was left waiting in the first pass.
-        self._waiting: set[tuple[CohortName, FlavorName]] = set()
-        # Heads the first pass set aside, per queue.
-        self._set_aside: dict[ClusterQueueName, list[Workload]] = {}
-        # Verdicts of the heads actually tried; the rest of a failed shape's
-        # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
-        self.verdicts: dict[WorkloadId, Verdict] = {}
-        self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
-        self._blocked: dict[ClusterQueueName, Verdict] = {}
-        self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
-        self._fair_cohorts = frozenset(c.name for c in config.cohorts.values() if c.fair_sharing)
-        self.preemptor = Preemptor(
-            admitted=snapshot.admitted,
-            cluster_queues=config.cluster_queues,
-            ledger=self.ledger,
-            pool=self.pool,
-            fair_cohorts=self._fair_cohorts,
-            now=now,
-        )
-        self.evictions: list[Eviction] = []
-        self.backfill = Backfill(snapshot, now)
-        self.nominator = Nominator(snapshot, self.ledger)
-
-    # -- phase 5: admit ---------------------------------------------------
-    def try_admit(
-        self, cq: ClusterQueue, w: Workload, nomination: Nomination
-    ) -> Verdict | _Stale | None:
-        """Admit ``w`` and return None, or return why it cannot be admitted now.
-
-        ``_STALE`` means the nomination no longer holds (a cohort peer took
-        the pool since): the caller nominates again and requeues the head.
-        """
-        request = w.total_requests
-        # Quota checks made at nomination still hold if nothing was admitted since.
-        known = nomination.checks if nomination.version == self.ledger.version else {}
-        first_quota: tuple[FlavorName, QuotaCheck] | None = None
-        node_verdict: Verdict | None = None
-        nominated_checked = False
-        for fq in cq.flavors:
-            check = known.get(fq.flavor) or self.ledger.check(cq.name, fq.flavor, request)
-            if not check.fits:
-                if first_quota is None:
-                    first_quota = (fq.flavor, check)
-                continue
-            if not nominated_checked:
-                if fq.flavor != nomination.flavor or (
-                    known is not nomination.checks
-                    and check.borrowing != nomination.checks[fq.flavor].borrowing
-                ):
-                    return _STALE
-                nominated_checked = True
-            fail_key = (fq.flavor, w.shape)
-            failed = self._node_fail.get(fail_key)
-            if failed is None:
-                # Nothing admitted and no reservation made since the same shape and
-                # limit was held back: it would be placed and held back the same way.
-                held_key = (cq.name, fq.flavor, w.shape, w.max_runtime)
-                held = self.backfill.held_back(held_key, self.ledger.version)
-                if held is not None:
-                    return held
-                placements = self.pool.place(fq.flavor, w.pod_sets)
-                if placements is not None:
-                    admitted = self._admit(cq, w, fq.flavor, placements, check.borrowing)
-                    if admitted is not None:
-                        # Its best fit lands on reserved capacity: try around it.
-                        around = self.backfill.around(self.pool, fq.flavor, w)
-                        if around is not None and around != placements:
-                            again = self._admit(cq, w, fq.flavor, around, check.borrowing)
-                            if again is None:
-                                return None
-                        self.backfill.remember(held_key, self.ledger.version, admitted)
-                    return admitted
-                assert self.pool.last_failure is not None
-                failed = Verdict(
-                    reason=PendingReason.NO_NODE_FITS,
-                    detail=partial(describe_fit_failure, fq.flavor, self.pool.last_failure),
-                )
-                self._node_fail[fail_key] = failed
-            node_verdict = node_verdict or failed
-        shrunk = None
-        if w.partial_pod_set is not None:
-            shrunk = largest_partial(self.ledger, self.pool, cq, w)
-        if shrunk is not None:
-            flavor, placements, borrowing, reduced = shrunk
-            return self._admit(cq, w, flavor, placements, borrowing, request=reduced)
-        verdict = self._inadmissible(cq, w) or node_verdict
-        if verdict is None:
-            assert first_quota is not None
-            flavor, check = first_quota
-            verdict = Verdict(
-                reason=(
-                    PendingReason.COHORT_EXHAUSTED
-                    if check.verdict is QuotaVerdict.COHORT_EXHAUSTED
-                    else PendingReason.QUOTA_EXCEEDED
-                ),
-                detail=partial(check.describe, flavor),
-            )
-        self._memo[(cq.name, w.shape)] = verdict
-        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq, self._fair_cohorts):
-            outcome = self._preempt(cq, w)
-            if outcome is not _NOT_PREEMPTED:
-                return outcome  # admitted (None), or waiting for its victims to stop
-        return verdict
-
-    def _preempt(self, cq: ClusterQueue, w: Workload) -> Verdict | _Stale | None:
-        """Evict for ``w`` if a minimal set of victims lets it in.
-
-        None once admitted; a ``Preempting`` verdict when it waits for its victims;
-        ``_NOT_PREEMPTED`` when no set of victims would let it in.
-        """
-        found = self.preemptor.find(cq, w)
-        if found is None:
-            return _NOT_PREEMPTED
-        self.evictions.extend(found.evictions)
-        self.log.extend(found.evictions)
-        # Evictions free capacity, so failures seen so far may not hold any more.
-        self._node_fail.clear()
-        if self.snapshot.policy.preemptor_admission is PreemptorAdmission.SAME_CYCLE:
-            # Priority and reclaim rules outrank backfill reservations.
-            self._admit(cq, w, found.flavor, found.placements, found.borrowing, guarded=False)
-            self.backfill.record(self.admitted[-1])
-            return None
-        # w starts once its victims have stopped. Until then the capacity it needs, the
-        # victims' and whatever else was free, is held for it: a workload admitted into
-        # it now would only be preempted in turn when w comes back (a ping-pong).
-        held = self._hold(cq, w, found.flavor, found.placements, found.borrowing)
-        victims = tuple(e.victim.workload.id for e in found.evictions)
-        claim = Claim(workload=w, admission=held.admission, victims=victims, made_at=self.now)
-        self.claims.append(claim)
-        return Verdict(
-            reason=PendingReason.PREEMPTING,
-            detail=partial(claim.describe, frozenset(victims)),
-        )
-
-    def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        return inadmissible(self.snapshot.config, cq, w)
-
-    def _admit(
-        self,
-        cq: ClusterQueue,
-        w: Workload,
-        flavor: FlavorName,
-        placements: tuple[PodSetPlacement, ...],
-        borrowing: bool,
-        *,
-        guarded: bool = True,
-        request: Resources | None = None,
-    ) -> Verdict | None:
-        """Admit, unless that would delay a reservation (then say which).
-
-        ``request`` is what the placements hold when fewer than all pods are placed
-        (partial admission); by default the workload's total.
-        """
-        admission = Admission(
-            workload=w.id,
-            cluster_queue=cq.name,
-            flavor=flavor,
-            placements=placements,
-            borrowing=borrowing,
-        )
-        admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
-        if guarded:
-            refused = self.backfill.check(admitted)
-            if refused is not None:
-                return refused
-        self.ledger.add(cq.name, flavor, w.total_requests if request is None else request)
-        self.pool.take(admission.placements, w.pod_sets)
-        self.admitted.append(admitted)
-        self.planned.append(admitted)
-        self.log.append(admitted)
-        return None
-
-    def _hold(
-        self,
-        cq: ClusterQueue,
-        w: Workload,
-        flavor: FlavorName,
-        placements: tuple[PodSetPlacement, ...],
-        borrowing: bool,
-    ) -> AdmittedWorkload:
-        """Take ``w``'s quota and nodes for the rest of the cycle without admitting it."""
-        admission = Admission(
-            workload=w.id,
-            cluster_queue=cq.name,
-            flavor=flavor,
-            placements=placements,
-            borrowing=borrowing,
-        )
-        self.ledger.add(cq.name, flavor, w.total_requests)
-        self.pool.take(admission.placements, w.pod_sets)
-        held = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
-        self.planned.append(held)
-        self.backfill.record(held)
-        return held
+class Cycle(Admitter):
+    """The order of one cycle: claims, the largest first, then the two passes over the heads."""
 
     # -- phase 0: claims ----------------------------------------------------
     def hold_claims(self) -> None:
@@ -417,15 +190,15 @@ class _Cycle:
                 if head is not None:
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
-            verdict: Verdict | _Stale | None
+            verdict: Verdict | Stale | None
             if not defer and w.evictions and self._lends_reclaimed(cq, nomination):
                 verdict = _nominal_demand_waiting(cq)
             else:
                 verdict = self.try_admit(cq, w, nomination)
-            if verdict is _STALE:
+            if verdict is STALE:
                 heapq.heappush(heap, self.nominator.nominate(cq, w))
                 continue
-            assert not isinstance(verdict, _Stale)
+            assert not isinstance(verdict, Stale)
             if verdict is None:
                 cur.advance()
             elif verdict.reason in _PER_WORKLOAD:
@@ -550,6 +323,6 @@ class _Cycle:
 
 def schedule(snapshot: Snapshot, now: float) -> Decisions:
     """Decide which pending workloads to admit now, where, and why the rest wait."""
-    cycle = _Cycle(snapshot, now)
+    cycle = Cycle(snapshot, now)
     cycle.run()
     return cycle.decisions()

@@ -17,7 +17,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, event, given, settings, target
 
-from queuemgr.core import cycle
+from queuemgr.core import admitter
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.sim.engine import Engine
 from tests.plain_search import PlainPreemptor
@@ -53,12 +53,12 @@ def _events(spec: Spec, policy: SchedulerPolicy) -> list[str]:
 @given(spec=specs().map(lambda spec: spec._replace(fair=True)))
 def test_the_search_decides_as_the_plain_search(policy: SchedulerPolicy, spec: Spec) -> None:
     fast = _events(spec, policy)
-    real = cycle.Preemptor
-    cycle.Preemptor = PlainPreemptor  # type: ignore[misc]
+    real = admitter.Preemptor
+    admitter.Preemptor = PlainPreemptor  # type: ignore[misc]
     try:
         plain = _events(spec, policy)
     finally:
-        cycle.Preemptor = real  # type: ignore[misc]
+        admitter.Preemptor = real  # type: ignore[misc]
     evictions = sum('"evicted"' in e for e in plain)
     target(float(evictions), label="evictions")  # steer towards busy searches
     event(f"evictions: {'0' if evictions == 0 else '1-4' if evictions <= 4 else '5+'}")
