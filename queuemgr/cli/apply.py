@@ -40,7 +40,6 @@ from queuemgr.store.config import (
     upsert_flavor,
     upsert_local_queue,
 )
-from queuemgr.store.notify import notify
 
 SECTIONS = ("flavors", "cohorts", "cluster_queues", "local_queues")
 # Creation order; deletion runs in reverse, so nothing is deleted while referenced.
@@ -137,8 +136,6 @@ def execute(desired: Config, conn: Connection, changes: list[Change], actor: str
             admin.delete_cohort(conn, c.name, actor=actor)
         else:
             admin.delete_flavor(conn, FlavorName(c.name), actor=actor)
-    if changes:
-        notify(conn, "config")
 
 
 @click.command("apply")

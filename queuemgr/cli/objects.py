@@ -36,7 +36,6 @@ from queuemgr.store.config import (
     upsert_cohort,
     upsert_flavor,
 )
-from queuemgr.store.notify import notify
 
 
 @click.group("flavor")
@@ -68,7 +67,6 @@ def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -
         if FlavorName(name) in load_config(conn)[0].flavors:
             raise CliError(f"flavor {name!r} already exists")
         upsert_flavor(conn, f, actor=os_actor())
-        notify(conn, "config")
     click.echo(f"resourceflavor {name} created")
 
 
@@ -174,7 +172,6 @@ def _delete(
             raise CliError(str(exc)) from None
         if not deleted:
             raise not_found(kind, name, known(load_config(conn)[0]))
-        notify(conn, "config")
 
 
 def _cohort_docs(config: Config) -> list[dict[str, Any]]:

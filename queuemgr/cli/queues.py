@@ -25,7 +25,6 @@ from queuemgr.cli.views import cq_doc, load_view, lq_doc, nominal_total
 from queuemgr.core.model import ClusterQueueName, LocalQueue
 from queuemgr.store import admin
 from queuemgr.store.config import load_config, os_actor, upsert_cluster_queue, upsert_local_queue
-from queuemgr.store.notify import notify
 
 
 @click.group("cq")
@@ -52,7 +51,6 @@ def cq_create(name: str, **given: Any) -> None:
             raise CliError(f"cluster queue {name!r} already exists (use `queuemgr cq edit`)")
         flags.check_flavors(new, config)
         upsert_cluster_queue(conn, new, actor=os_actor())
-        notify(conn, "config")
     click.echo(f"clusterqueue {name} created")
 
 
@@ -70,8 +68,6 @@ def cq_edit(name: str, **given: Any) -> None:
         new = flags.cluster_queue_from_flags(old, name, given)
         flags.check_flavors(new, config)
         changed = upsert_cluster_queue(conn, new, actor=os_actor(), stopped=name in stopped)
-        if changed:
-            notify(conn, "config")
     click.echo(f"clusterqueue {name} {'edited' if changed else 'unchanged'}")
 
 
@@ -82,8 +78,6 @@ def _set_stopped(name: str, stop: bool) -> bool:
         if old is None:
             raise not_found("cluster queue", name, config.cluster_queues)
         changed = upsert_cluster_queue(conn, old, actor=os_actor(), stopped=stop)
-        if changed:
-            notify(conn, "config")
         return changed
 
 
@@ -113,7 +107,6 @@ def cq_delete(name: str) -> None:
     with engine() as eng, eng.begin() as conn:
         if not admin.delete_cluster_queue(conn, name, actor=os_actor()):
             raise not_found("cluster queue", name, load_config(conn)[0].cluster_queues)
-        notify(conn, "config")
     click.echo(f"clusterqueue {name} deleted")
 
 
@@ -220,7 +213,6 @@ def lq_create(name: str, namespace: str | None, cluster_queue: str) -> None:
             raise not_found("cluster queue", cluster_queue, config.cluster_queues)
         new = LocalQueue(namespace=ns, name=name, cluster_queue=ClusterQueueName(cluster_queue))
         upsert_local_queue(conn, new, actor=os_actor())
-        notify(conn, "config")
     click.echo(f"localqueue {ns}/{name} created")
 
 
@@ -235,7 +227,6 @@ def lq_delete(name: str, namespace: str | None) -> None:
         if not admin.delete_local_queue(conn, ns, name, actor=os_actor()):
             names = [n for (s, n) in admin.local_queue_names(conn, ns)]
             raise not_found(f"local queue in namespace {ns!r}:", name, names)
-        notify(conn, "config")
     click.echo(f"localqueue {ns}/{name} deleted")
 
 

@@ -31,7 +31,6 @@ from queuemgr.core.resources import ResourceName, parse_resource_name
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.store import admin, codec
 from queuemgr.store.config import os_actor, upsert_cluster_queue
-from queuemgr.store.notify import notify
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict
 
@@ -125,8 +124,6 @@ def quota_set(
                         message=f"quota of {cluster_queue} on {flavor} lowered by {os_actor()}",
                     )
                     preempted.append(o["workload"])
-            if changed:
-                notify(conn, "config")
     doc = {
         "cluster_queue": cluster_queue,
         "flavor": flavor,

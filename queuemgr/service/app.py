@@ -45,7 +45,6 @@ from queuemgr.store.database import (
     resolve_url,
 )
 from queuemgr.store.leadership import NotLeader, fence, may_lead, record_leader
-from queuemgr.store.notify import notify
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,6 @@ def _seed_cluster(engine: Engine, config: ServiceConfig) -> list[Node]:
             store_config.upsert_cluster_queue(conn, cq, actor=actor)
         for lq in cluster.local_queues.values():
             store_config.upsert_local_queue(conn, lq, actor=actor)
-        notify(conn, "config")
     return list(cluster.nodes.values())
 
 

@@ -59,7 +59,7 @@ from queuemgr.store.jobsync import (
     submit_many,
     unfinished,
 )
-from queuemgr.store.notify import finish_workload, notify
+from queuemgr.store.notify import finish_workload
 from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 log = logging.getLogger(__name__)
@@ -202,9 +202,8 @@ class JobSync(Worker):
         if not changed:
             return
         with self._engine.begin() as conn:
-            wrote = [store_config.upsert_node(conn, n, actor=ACTOR) for n in changed]
-            if any(wrote):
-                notify(conn, "config")
+            for n in changed:  # a node that changed wakes the scheduler (store.config)
+                store_config.upsert_node(conn, n, actor=ACTOR)
         for n in changed:
             self._upserted[n.name] = n
 
@@ -212,8 +211,6 @@ class JobSync(Worker):
         present = {key_of(n) for n in self._watch.nodes()}
         with self._engine.begin() as conn:
             deleted, kept = store_config.retire_nodes(conn, present, actor=ACTOR)
-            if deleted or set(kept) - self._kept:
-                notify(conn, "config")
         for name in (*deleted, *kept):  # written here, not by _sync_nodes: compare afresh
             self._upserted.pop(name, None)
         if deleted:

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
-from queuemgr.store.config import _audit, _cluster_queue_json, _flavor_of, _one
+from queuemgr.store.config import _cluster_queue_json, _flavor_of, _one, audit_change
 from queuemgr.store.models import (
     AuditLogRow,
     ClusterQueueQuota,
@@ -62,7 +62,7 @@ def delete_flavor(conn: Connection, name: str, *, actor: str) -> bool:
             return False
         conn.execute(delete(Flavor).where(Flavor.name == name))
         before = codec.flavor_json(_flavor_of(old))
-        return _audit(
+        return audit_change(
             conn, actor=actor, kind="ResourceFlavor", name=name, before=before, after=None
         )
 
@@ -83,7 +83,7 @@ def delete_cohort(conn: Connection, name: str, *, actor: str) -> bool:
         ).first()
         if gone is None:
             return False
-        return _audit(
+        return audit_change(
             conn, actor=actor, kind="Cohort", name=name, before={"name": name}, after=None
         )
 
@@ -102,7 +102,9 @@ def delete_cluster_queue(conn: Connection, name: str, *, actor: str) -> bool:
                 "stop it and let them finish, or cancel them, first"
             )
         conn.execute(delete(ClusterQueueRow).where(ClusterQueueRow.name == name))
-        return _audit(conn, actor=actor, kind="ClusterQueue", name=name, before=before, after=None)
+        return audit_change(
+            conn, actor=actor, kind="ClusterQueue", name=name, before=before, after=None
+        )
 
 
 def delete_local_queue(conn: Connection, namespace: str, name: str, *, actor: str) -> bool:
@@ -118,7 +120,7 @@ def delete_local_queue(conn: Connection, namespace: str, name: str, *, actor: st
         )
         if old is None:
             return False
-        return _audit(
+        return audit_change(
             conn,
             actor=actor,
             kind="LocalQueue",

@@ -53,6 +53,7 @@ from queuemgr.store.models import (
     PlacementRow,
 )
 from queuemgr.store.models import Node as NodeRow
+from queuemgr.store.notify import notify
 from queuemgr.store.workloads import atomic
 
 Json = dict[str, Any]
@@ -66,9 +67,21 @@ def os_actor() -> str:
         return "os:unknown"
 
 
-def _audit(
-    conn: Connection, *, actor: str, kind: str, name: str, before: Json | None, after: Json | None
+def audit_change(
+    conn: Connection,
+    *,
+    actor: str,
+    kind: str,
+    name: str,
+    before: Json | None,
+    after: Json | None,
+    wakes: bool = True,
 ) -> bool:
+    """Record a change of an object (before and after); False, and nothing written, if none.
+
+    Every change of what the scheduler decides on comes through here, so here is
+    where it is woken (``wakes``): on commit, and only if the change commits.
+    """
     if before == after:
         return False
     action = "create" if before is None else "delete" if after is None else "update"
@@ -82,6 +95,8 @@ def _audit(
             after=after,
         )
     )
+    if wakes:
+        notify(conn, "config")
     return True
 
 
@@ -171,7 +186,7 @@ def retire_nodes(
                 continue
             conn.execute(delete(NodeRow).where(NodeRow.name == name))
             before = codec.node_json(node)
-            _audit(conn, actor=actor, kind="Node", name=name, before=before, after=None)
+            audit_change(conn, actor=actor, kind="Node", name=name, before=before, after=None)
             deleted.append(name)
     return deleted, kept
 
@@ -194,7 +209,7 @@ def _write(
             .values(values)
             .on_conflict_do_update(index_elements=[table.name], set_=values)
         )
-    return _audit(conn, actor=actor, kind=kind, name=name, before=before, after=after)
+    return audit_change(conn, actor=actor, kind=kind, name=name, before=before, after=after)
 
 
 def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
@@ -213,7 +228,9 @@ def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
             .values(after)
             .on_conflict_do_update(index_elements=[CohortRow.name], set_=settings)
         )
-        return _audit(conn, actor=actor, kind="Cohort", name=c.name, before=before, after=after)
+        return audit_change(
+            conn, actor=actor, kind="Cohort", name=c.name, before=before, after=after
+        )
 
 
 def ensure_cohort(conn: Connection, name: str, *, actor: str) -> bool:
@@ -228,7 +245,7 @@ def ensure_cohort(conn: Connection, name: str, *, actor: str) -> bool:
         if created is None:
             return False
         after = codec.cohort_json(Cohort(name=CohortName(name)))
-        return _audit(conn, actor=actor, kind="Cohort", name=name, before=None, after=after)
+        return audit_change(conn, actor=actor, kind="Cohort", name=name, before=None, after=after)
 
 
 def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
@@ -275,7 +292,7 @@ def upsert_cluster_queue(
                         for i, q in enumerate(after["flavors"])
                     ],
                 )
-        return _audit(
+        return audit_change(
             conn, actor=actor, kind="ClusterQueue", name=cq.name, before=before, after=after
         )
 
@@ -298,7 +315,7 @@ def upsert_local_queue(conn: Connection, lq: LocalQueue, *, actor: str) -> bool:
                     index_elements=[LocalQueueRow.namespace, LocalQueueRow.name], set_=after
                 )
             )
-        return _audit(
+        return audit_change(
             conn,
             actor=actor,
             kind="LocalQueue",

@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 
-from queuemgr.store.config import _audit
+from queuemgr.store.config import audit_change
 from queuemgr.store.models import TenantGrantRow
 from queuemgr.store.workloads import atomic
 
@@ -74,8 +74,14 @@ def revoke(conn: Connection, role: str, namespace: str, *, actor: str) -> bool:
 def _audited(conn: Connection, role: str, namespace: str, *, actor: str, added: bool) -> bool:
     doc = {"role": role, "namespace": namespace}
     before, after = (None, doc) if added else (doc, None)
-    return _audit(
-        conn, actor=actor, kind=KIND, name=f"{role}/{namespace}", before=before, after=after
+    return audit_change(  # a grant changes no decision: the scheduler sleeps on
+        conn,
+        actor=actor,
+        kind=KIND,
+        name=f"{role}/{namespace}",
+        before=before,
+        after=after,
+        wakes=False,
     )
 
 
