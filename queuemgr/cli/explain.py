@@ -32,6 +32,7 @@ from queuemgr.core.claims import Claim
 from queuemgr.core.fairshare import decayed
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
@@ -127,8 +128,9 @@ def _backoff_doc(workload: dict[str, Any], until: float, now: float) -> dict[str
     }
 
 
-def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
-    doc: dict[str, Any] = {
+def _base_doc(wid: WorkloadId, workload: dict[str, Any], now: float) -> dict[str, Any]:
+    """The document as the stored row tells it, before any cycle is evaluated."""
+    return {
         "workload": wid,
         "state": workload["state"],
         "cluster_queue": workload["cluster_queue"],
@@ -147,6 +149,10 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         "scheduler": None,
         "evaluated_at": datetime.fromtimestamp(now, UTC).isoformat(),
     }
+
+
+def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
+    doc = _base_doc(wid, workload, now)
     if workload["state"] not in ("Pending", "Inadmissible"):
         doc["eta_reason"] = f"not queued: the workload is {workload['state']}"
         if workload["state"] == "Admitted":
@@ -160,7 +166,6 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
     with engine.connect() as conn:
         as_tenant = rows_are_filtered(conn)
     state = load_state(engine, now=now, as_tenant=as_tenant)
-    config = state.config
     until = state.backing_off.get(wid)
     if until is not None:
         backoff = _backoff_doc(workload, until, now)
@@ -172,20 +177,32 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         )
         return doc
     if not any(p.id == wid for p in state.pending):
-        # load_state withholds the pending workloads of a stopped ClusterQueue.
-        ns = wid.partition("/")[0]
-        lq = config.local_queues.get((ns, workload["local_queue"]))
-        cq = None if lq is None else lq.cluster_queue
-        doc.update(
-            cluster_queue=cq,
-            reason="ClusterQueueStopped",
-            message=f"cluster queue {cq} is stopped: nothing is admitted from it until resumed",
-            eta_reason="the cluster queue is stopped",
-        )
-        return doc
+        return _stopped(doc, state, wid, workload)
     policy, doc["scheduler"], usage = _policy(engine, now, as_tenant=as_tenant)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
-    decisions = schedule(snapshot, now)
+    return _evaluated(doc, state, schedule(snapshot, now), wid, now)
+
+
+def _stopped(
+    doc: dict[str, Any], state: StoredState, wid: WorkloadId, workload: dict[str, Any]
+) -> dict[str, Any]:
+    """``load_state`` withholds the pending workloads of a stopped ClusterQueue."""
+    ns = wid.partition("/")[0]
+    lq = state.config.local_queues.get((ns, workload["local_queue"]))
+    cq = None if lq is None else lq.cluster_queue
+    doc.update(
+        cluster_queue=cq,
+        reason="ClusterQueueStopped",
+        message=f"cluster queue {cq} is stopped: nothing is admitted from it until resumed",
+        eta_reason="the cluster queue is stopped",
+    )
+    return doc
+
+
+def _evaluated(
+    doc: dict[str, Any], state: StoredState, decisions: Decisions, wid: WorkloadId, now: float
+) -> dict[str, Any]:
+    """What the next cycle, evaluated here, does with ``wid``, and who is ahead of it."""
     stored = state.claims.get(wid)
     if wid in decisions.released_claims:
         stored = None  # the claimed room is gone: it queues as any other
@@ -219,40 +236,48 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         doc["claim"] = _claim_doc(made, state.stopping, stored=False)
     if st.reason is PendingReason.PREEMPTING and doc["claim"] is not None:
         doc["message"] = _claim_message(doc["claim"])
-    if st.eta is not None:
-        doc["eta"] = datetime.fromtimestamp(st.eta, UTC).isoformat()
-        doc["eta_in_s"] = max(st.eta - now, 0.0)
-    elif st.reason is PendingReason.PREEMPTING:
+    _eta(doc, st.eta, st.reason, now)
+    if st.cluster_queue is not None:
+        doc["frees_up"] = _frees_up(state, st.cluster_queue, wid, now)
+        ahead = _ahead(state, decisions, st.cluster_queue, st.position_in_cluster_queue)
+        doc["ahead_count"] = len(ahead)
+        doc["ahead"] = ahead[:AHEAD]
+    return doc
+
+
+def _eta(doc: dict[str, Any], eta: float | None, reason: PendingReason, now: float) -> None:
+    if eta is not None:
+        doc["eta"] = datetime.fromtimestamp(eta, UTC).isoformat()
+        doc["eta_in_s"] = max(eta - now, 0.0)
+    elif reason is PendingReason.PREEMPTING:
         doc["eta_reason"] = NO_ETA_PREEMPTING
-    elif st.reason is PendingReason.INADMISSIBLE:
+    elif reason is PendingReason.INADMISSIBLE:
         doc["eta_reason"] = NO_ETA_INADMISSIBLE
     else:
         doc["eta_reason"] = NO_ETA_UNDECLARED
-    if st.cluster_queue is not None:
-        doc["frees_up"] = _frees_up(state, st.cluster_queue, wid, now)
+
+
+def _ahead(
+    state: StoredState, decisions: Decisions, cq: str, position: int
+) -> list[dict[str, Any]]:
+    """The workloads of ``cq`` the cycle admits, then those pending before ``position``."""
     ahead: list[dict[str, Any]] = [
         {"workload": a.workload.id, "position": 0, "reason": "Admissible", "gpus": a.workload.gpus}
-        for a in admitted
-        if st.cluster_queue is not None and a.admission.cluster_queue == st.cluster_queue
+        for a in decisions.admitted
+        if a.admission.cluster_queue == cq
     ]
-    if st.cluster_queue is not None:
-        for other in decisions.pending.values():
-            if (
-                other.cluster_queue == st.cluster_queue
-                and other.position_in_cluster_queue < st.position_in_cluster_queue
-            ):
-                ahead.append(
-                    {
-                        "workload": other.workload,
-                        "position": other.position_in_cluster_queue,
-                        "reason": other.reason.value,
-                        "gpus": _gpus(state, other.workload),
-                    }
-                )
+    for other in decisions.pending.values():
+        if other.cluster_queue == cq and other.position_in_cluster_queue < position:
+            ahead.append(
+                {
+                    "workload": other.workload,
+                    "position": other.position_in_cluster_queue,
+                    "reason": other.reason.value,
+                    "gpus": _gpus(state, other.workload),
+                }
+            )
     ahead.sort(key=lambda a: (a["position"], a["workload"]))
-    doc["ahead_count"] = len(ahead)
-    doc["ahead"] = ahead[:AHEAD]
-    return doc
+    return ahead
 
 
 def _frees_up(state: StoredState, cq: str, wid: WorkloadId, now: float) -> dict[str, Any]:
