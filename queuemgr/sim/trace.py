@@ -27,7 +27,7 @@ import hashlib
 import io
 import math
 import re
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -194,20 +194,10 @@ def load_trace(
     for line, row in _rows(path, required, rule):
         rows += 1
         where = f"{path.name}:{line}"
-        job_id = row["job_id"].strip()
-        if not job_id:
-            raise TraceError(f"{where}: job_id: empty")
-        if job_id in seen:
-            raise TraceError(f"{where}: job_id: duplicate {job_id!r}")
-        seen.add(job_id)
+        job_id = _job_id(row, seen, where)
         tenant = row["tenant"].strip()
         if not tenant:
-            if assigner is None:
-                raise TraceError(
-                    f"{where}: tenant: empty; pass --assign-tenants N to assign tenants "
-                    f"(the trace has none)"
-                )
-            tenant = assigner.tenant(job_id)
+            tenant = _assigned(assigner, job_id, where)
             assigned += 1
         if tenant not in namespaces:
             unmatched[tenant] = unmatched.get(tenant, 0) + 1
@@ -249,6 +239,27 @@ def load_trace(
         tenants_assigned=info,
         max_runtime={"rule": rule.text, "jobs": limited},
     )
+
+
+def _job_id(row: Mapping[str, str], seen: set[str], where: str) -> str:
+    """The row's job id, refused when empty or seen before (it names the workload)."""
+    job_id = row["job_id"].strip()
+    if not job_id:
+        raise TraceError(f"{where}: job_id: empty")
+    if job_id in seen:
+        raise TraceError(f"{where}: job_id: duplicate {job_id!r}")
+    seen.add(job_id)
+    return job_id
+
+
+def _assigned(assigner: TenantAssigner | None, job_id: str, where: str) -> str:
+    """The tenant the documented rule gives a row without one; an error without the rule."""
+    if assigner is None:
+        raise TraceError(
+            f"{where}: tenant: empty; pass --assign-tenants N to assign tenants "
+            f"(the trace has none)"
+        )
+    return assigner.tenant(job_id)
 
 
 def _max_runtime(
