@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from queuemgr.core.directory import AdmittedView, ClusterQueueView, FlavorCapacity
 from queuemgr.core.model import (
     Admission,
     ClusterQueue,
@@ -24,12 +25,7 @@ from queuemgr.core.model import (
     Workload,
 )
 from queuemgr.core.resources import Resources
-from queuemgr.k8s.directory import (
-    AdmittedView,
-    ClusterQueueView,
-    DirectoryUnavailable,
-    FlavorCapacity,
-)
+from queuemgr.k8s.directory import DirectoryUnavailable
 
 
 class InMemoryDirectory:

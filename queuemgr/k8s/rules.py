@@ -29,9 +29,10 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from queuemgr.core.directory import AdmittedView, ClusterQueueView
 from queuemgr.core.model import PodSet
 from queuemgr.core.resources import GPU, ResourceName, Resources, fits, format_quantity
-from queuemgr.k8s.directory import AdmittedView, ClusterQueueView, QueueDirectory
+from queuemgr.k8s.directory import QueueDirectory
 from queuemgr.k8s.selectors import LabelSelector
 
 

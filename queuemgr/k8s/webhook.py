@@ -29,7 +29,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from queuemgr.k8s.directory import AdmittedView, DirectoryUnavailable, QueueDirectory
+from queuemgr.core.directory import AdmittedView
+from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, GenericJob, UnknownKind, job_for
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.review import (

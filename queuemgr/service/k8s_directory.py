@@ -19,12 +19,8 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from queuemgr.k8s.directory import (
-    AdmittedView,
-    ClusterQueueView,
-    DirectoryUnavailable,
-    FlavorCapacity,
-)
+from queuemgr.core.directory import AdmittedView, ClusterQueueView
+from queuemgr.k8s.directory import DirectoryUnavailable
 from queuemgr.store import directory as store
 
 T = TypeVar("T")
@@ -48,25 +44,7 @@ class StoreQueueDirectory:
         return self._read(lambda conn: store.local_queue_names(conn, namespace))
 
     def cluster_queue(self, name: str) -> ClusterQueueView | None:
-        record = self._read(lambda conn: store.cluster_queue_record(conn, name))
-        if record is None:
-            return None
-        return ClusterQueueView(
-            name=record.name,
-            namespaces=record.namespaces,
-            flavors=tuple(
-                FlavorCapacity(flavor=f.flavor, nominal=f.nominal, node_shapes=f.node_shapes)
-                for f in record.flavors
-            ),
-        )
+        return self._read(lambda conn: store.cluster_queue_view(conn, name))
 
     def admitted(self, namespace: str, name: str) -> AdmittedView | None:
-        record = self._read(lambda conn: store.admitted_record(conn, namespace, name))
-        if record is None:
-            return None
-        return AdmittedView(
-            queue=record.local_queue,
-            cluster_queue=record.cluster_queue,
-            flavor=record.flavor,
-            pod_sets=record.pod_sets,
-        )
+        return self._read(lambda conn: store.admitted_view(conn, namespace, name))

@@ -14,45 +14,21 @@ is one whose row is in state ``Admitted`` now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import Connection, select
 
+from queuemgr.core.directory import AdmittedView, ClusterQueueView, FlavorCapacity
 from queuemgr.core.lifecycle import WorkloadState
-from queuemgr.core.model import PodSet
 from queuemgr.core.resources import ResourceName
 from queuemgr.store import codec
+from queuemgr.store.live import read_pod_sets
 from queuemgr.store.models import (
     ClusterQueueQuota,
     ClusterQueueRow,
     Flavor,
     LocalQueueRow,
     Node,
-    PodSetRow,
     WorkloadRow,
 )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FlavorRecord:
-    flavor: str
-    nominal: dict[ResourceName, int]
-    node_shapes: tuple[dict[ResourceName, int], ...]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ClusterQueueRecord:
-    name: str
-    namespaces: frozenset[str] | None
-    flavors: tuple[FlavorRecord, ...]  # in the queue's flavor order
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AdmittedRecord:
-    local_queue: str
-    cluster_queue: str
-    flavor: str
-    pod_sets: tuple[PodSet, ...]
 
 
 def local_queue_target(conn: Connection, namespace: str, name: str) -> str | None:
@@ -83,7 +59,7 @@ def node_shapes(conn: Connection, labels: dict[str, str]) -> tuple[dict[Resource
     )
 
 
-def cluster_queue_record(conn: Connection, name: str) -> ClusterQueueRecord | None:
+def cluster_queue_view(conn: Connection, name: str) -> ClusterQueueView | None:
     namespaces = conn.execute(
         select(ClusterQueueRow.namespaces).where(ClusterQueueRow.name == name)
     ).one_or_none()
@@ -95,11 +71,11 @@ def cluster_queue_record(conn: Connection, name: str) -> ClusterQueueRecord | No
         .where(ClusterQueueQuota.cluster_queue == name)
         .order_by(ClusterQueueQuota.position)
     ).all()
-    return ClusterQueueRecord(
+    return ClusterQueueView(
         name=name,
         namespaces=None if namespaces[0] is None else frozenset(namespaces[0]),
         flavors=tuple(
-            FlavorRecord(
+            FlavorCapacity(
                 flavor=flavor,
                 nominal=codec.resources(nominal),
                 node_shapes=node_shapes(conn, dict(labels)),
@@ -109,7 +85,7 @@ def cluster_queue_record(conn: Connection, name: str) -> ClusterQueueRecord | No
     )
 
 
-def admitted_record(conn: Connection, namespace: str, name: str) -> AdmittedRecord | None:
+def admitted_view(conn: Connection, namespace: str, name: str) -> AdmittedView | None:
     row = conn.execute(
         select(
             WorkloadRow.id, WorkloadRow.local_queue, WorkloadRow.cluster_queue, WorkloadRow.flavor
@@ -121,26 +97,9 @@ def admitted_record(conn: Connection, namespace: str, name: str) -> AdmittedReco
     ).one_or_none()
     if row is None:
         return None
-    pod_sets = conn.execute(
-        select(PodSetRow.__table__)
-        .where(PodSetRow.workload_id == row.id)
-        .order_by(PodSetRow.position)
-    ).mappings()
-    return AdmittedRecord(
-        local_queue=row.local_queue,
+    return AdmittedView(
+        queue=row.local_queue,
         cluster_queue=row.cluster_queue or "",
         flavor=row.flavor or "",
-        pod_sets=tuple(
-            PodSet(
-                name=p["name"],
-                count=p["count"],
-                requests=codec.resources(p["requests"]),
-                node_selector=dict(p["node_selector"]),
-                tolerations=codec.tolerations_of(p["tolerations"]),
-                topology_required=p["topology_required"],
-                topology_preferred=p["topology_preferred"],
-                min_count=p["min_count"],
-            )
-            for p in pod_sets
-        ),
+        pod_sets=read_pod_sets(conn, [row.id]).get(row.id, ()),
     )

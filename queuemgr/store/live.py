@@ -126,7 +126,7 @@ def read_live(
     else:
         return []
     unknown = [r.id for r in rows if r.id not in known]
-    pod_sets = _read_pod_sets(conn, unknown) if unknown else {}
+    pod_sets = read_pod_sets(conn, unknown) if unknown else {}
     admitted_ids = [r.id for r in rows if r.state == "Admitted"]
     placements: dict[int, list[PodSetPlacement]] = {}
     if admitted_ids:
@@ -190,7 +190,7 @@ def read_stopping(conn: Connection) -> frozenset[WorkloadId]:
     return frozenset(WorkloadId(f"{r.namespace}/{r.name}") for r in conn.execute(_STOPPING))
 
 
-def _read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, ...]]:
+def read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, ...]]:
     """Pod sets by workload row id; equal pod sets are one shared (immutable) object."""
     decoded: dict[str, Any] = {}
     interned: dict[tuple[Any, ...], PodSet] = {}

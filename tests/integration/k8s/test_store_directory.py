@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
+from queuemgr.core.directory import ClusterQueueView
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
@@ -19,7 +20,7 @@ from queuemgr.core.model import (
     TaintEffect,
 )
 from queuemgr.core.resources import ResourceName
-from queuemgr.k8s.directory import ClusterQueueView, DirectoryUnavailable, QueueDirectory
+from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.fakes import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
 from queuemgr.k8s.webhook import AdmissionHandler
