@@ -37,7 +37,7 @@ from typing import Any
 from kubernetes import client
 
 from queuemgr.k8s.jobapi import KindApi
-from queuemgr.k8s.jobframework import JobBase
+from queuemgr.k8s.jobframework import GenericJob
 from queuemgr.k8s.reflector import Change, Obj, Reflector, key_of
 
 WORKLOAD_LABEL = "queuemgr.io/workload"
@@ -63,7 +63,7 @@ class JobRef:
     obj: Obj
 
     @property
-    def job(self) -> JobBase:
+    def job(self) -> GenericJob:
         return self.api.kind(self.obj)
 
     @property

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from queuemgr.k8s.jobframework import QUEUE_LABEL, JobBase
+from queuemgr.k8s.jobframework import QUEUE_LABEL, GenericJob
 from queuemgr.k8s.jobs import KINDS, BatchJob
 from queuemgr.k8s.reflector import Lister, Obj
 
@@ -45,7 +45,7 @@ def _decode(response: Any) -> Obj:
 class KindApi:
     """One job kind's list, watch and patch calls."""
 
-    def __init__(self, api_client: client.ApiClient, kind: type[JobBase]) -> None:
+    def __init__(self, api_client: client.ApiClient, kind: type[GenericJob]) -> None:
         self.kind = kind
         self._batch = client.BatchV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)

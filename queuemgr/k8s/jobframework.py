@@ -1,11 +1,11 @@
 """One interface for every job kind queuemgr manages, like Kueue's GenericJob.
 
 Why it exists: the controller and the webhook must treat a ``batch/v1`` Job, a
-JobSet and a PyTorchJob alike: read the gang (:meth:`JobBase.pod_sets`), tell
-whether it is held (:meth:`~JobBase.is_suspended`), hold it
-(:meth:`~JobBase.suspend`), run it where the scheduler placed it
-(:meth:`~JobBase.run_with`) and tell when it is done
-(:meth:`~JobBase.finished`). A kind only says where its pod templates, its
+JobSet and a PyTorchJob alike: read the gang (:meth:`GenericJob.pod_sets`), tell
+whether it is held (:meth:`~GenericJob.is_suspended`), hold it
+(:meth:`~GenericJob.suspend`), run it where the scheduler placed it
+(:meth:`~GenericJob.run_with`) and tell when it is done
+(:meth:`~GenericJob.finished`). A kind only says where its pod templates, its
 ``suspend`` field and its terminal conditions are.
 
 What must stay true:
@@ -76,8 +76,9 @@ def json_path(tokens: Sequence[Token]) -> str:
     return out
 
 
-class JobBase:
-    """The shared half of every kind; subclasses say where things are."""
+class GenericJob:
+    """What queuemgr needs of any job kind (Kueue's GenericJob), with the shared half of
+    every kind written once; a subclass per kind (``kinds``) says where things are."""
 
     GROUP: ClassVar[str]
     VERSION: ClassVar[str]

@@ -5,24 +5,25 @@ kinds; :func:`job_for` picks the implementation by ``apiVersion`` and
 ``kind``, and :data:`KINDS` is the one list the webhook configuration's rules
 and the controller's watches are built from.
 
-What must stay true: every kind here implements :class:`GenericJob`; an
-unknown kind is an :class:`UnknownKind` error, never a guess.
+What must stay true: every kind here is a :class:`GenericJob` (the one
+interface, as Kueue's jobframework has one): adding a kind is one class in
+``kinds`` that says where its pods, suspend flag and conditions are, plus one
+entry in :data:`KINDS`; an unknown kind is an :class:`UnknownKind` error,
+never a guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from queuemgr.core.model import PodSet, Workload
 from queuemgr.k8s.jobframework import (
     ORIGINAL_SELECTORS_ANNOTATION,
     PLACEMENT_ANNOTATION,
     QUEUE_LABEL,
-    JobBase,
+    GenericJob,
 )
 from queuemgr.k8s.kinds import MIN_PARALLELISM, BatchJob, JobSet, PyTorchJob
-from queuemgr.k8s.patch import Patch
 from queuemgr.k8s.placement import Finished, Placement, PodSetAssignment
 
 __all__ = [
@@ -43,43 +44,7 @@ __all__ = [
 ]
 
 
-class GenericJob(Protocol):
-    """What queuemgr needs of any job kind (Kueue's GenericJob)."""
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    def queue_name(self) -> str | None:
-        """The LocalQueue from the ``queuemgr.io/queue-name`` label; None if not opted in."""
-        ...
-
-    def pod_sets(self) -> tuple[PodSet, ...]:
-        """The gang: one pod set per pod template, exact per-pod requests."""
-        ...
-
-    def is_suspended(self) -> bool: ...
-
-    def suspend(self) -> Patch:
-        """The JSON Patch that suspends the job (empty if it is already suspended)."""
-        ...
-
-    def run_with(self, placement: Placement) -> Patch:
-        """The JSON Patch that runs the job where ``placement`` says."""
-        ...
-
-    def finished(self) -> Finished | None:
-        """The terminal condition, once the job has one."""
-        ...
-
-    def max_runtime(self) -> float | None: ...
-
-    def workload(self, *, created_at: float | None = None, priority: int = 0) -> Workload: ...
-
-
-KINDS: tuple[type[JobBase], ...] = (BatchJob, JobSet, PyTorchJob)
+KINDS: tuple[type[GenericJob], ...] = (BatchJob, JobSet, PyTorchJob)
 
 _BY_TYPE = {(f"{k.GROUP}/{k.VERSION}", k.KIND): k for k in KINDS}
 

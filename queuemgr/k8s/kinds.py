@@ -2,7 +2,7 @@
 
 Why it exists: each kind keeps its pods, its ``suspend`` flag and its terminal
 conditions in a different place; this module says where, and
-:class:`~queuemgr.k8s.jobframework.JobBase` does the rest.
+:class:`~queuemgr.k8s.jobframework.GenericJob` does the rest.
 
 What must stay true (the gang each kind is, as Kueue reads them):
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from queuemgr.k8s import manifest as m
-from queuemgr.k8s.jobframework import JobBase, Template
+from queuemgr.k8s.jobframework import GenericJob, Template
 from queuemgr.k8s.manifest import ManifestError
 
 MIN_PARALLELISM = "queuemgr.io/job-min-parallelism"
@@ -43,7 +43,7 @@ def _pods_per_job(job_spec: m.Json | object, path: str) -> int:
     return pods
 
 
-class BatchJob(JobBase):
+class BatchJob(GenericJob):
     GROUP = "batch"
     VERSION = "v1"
     KIND = "Job"
@@ -70,7 +70,7 @@ class BatchJob(JobBase):
         return None if seconds is None else float(seconds)
 
 
-class JobSet(JobBase):
+class JobSet(GenericJob):
     GROUP = "jobset.x-k8s.io"
     VERSION = "v1alpha2"
     KIND = "JobSet"
@@ -104,7 +104,7 @@ class JobSet(JobBase):
         return out
 
 
-class PyTorchJob(JobBase):
+class PyTorchJob(GenericJob):
     GROUP = "kubeflow.org"
     VERSION = "v1"
     KIND = "PyTorchJob"

@@ -1,6 +1,6 @@
 """An admission as a job sees it, and a job's end as Kubernetes reports it.
 
-Why it exists: :meth:`~queuemgr.k8s.jobframework.JobBase.run_with` needs the
+Why it exists: :meth:`~queuemgr.k8s.jobframework.GenericJob.run_with` needs the
 flavor's node labels and, per pod set, the topology domain the scheduler
 pinned it to; :class:`Placement` carries exactly that (and the nodes, which
 are only recorded in an annotation for people to read).

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from queuemgr.k8s.jobframework import JobBase
+from queuemgr.k8s.jobframework import GenericJob
 from queuemgr.k8s.manifest import ManifestError
 
 
-def job_priority(job: JobBase, classes: Iterable[Mapping[str, Any]]) -> int:
+def job_priority(job: GenericJob, classes: Iterable[Mapping[str, Any]]) -> int:
     """``job``'s priority given the cluster's PriorityClass objects."""
     values: dict[str, int] = {}
     default = 0

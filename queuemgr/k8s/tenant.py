@@ -24,7 +24,7 @@ from typing import Any, cast
 from kubernetes.client import ApiClient, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
-from queuemgr.k8s.jobframework import QUEUE_LABEL, JobBase
+from queuemgr.k8s.jobframework import QUEUE_LABEL, GenericJob
 from queuemgr.k8s.jobs import KINDS, job_for
 
 PENDING_CONDITION = "QueuemgrPending"
@@ -88,8 +88,8 @@ def labelled(obj: Mapping[str, Any], queue: str | None) -> Obj:
     return out
 
 
-def _kind(obj: Mapping[str, Any]) -> type[JobBase]:
-    return type(cast(JobBase, job_for(obj)))
+def _kind(obj: Mapping[str, Any]) -> type[GenericJob]:
+    return type(job_for(obj))
 
 
 class TenantJobs:
@@ -170,7 +170,7 @@ class TenantJobs:
 
 def status(obj: Mapping[str, Any]) -> Obj:
     """The job's queue status as the controller wrote it, in the CLI's document shape."""
-    job = cast(JobBase, job_for(obj))
+    job = job_for(obj)
     meta = obj.get("metadata") or {}
     notes = meta.get("annotations") or {}
     conditions = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or ()}

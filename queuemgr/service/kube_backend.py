@@ -37,7 +37,7 @@ from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
 from queuemgr.k8s import manifest as m
 from queuemgr.k8s.cluster import WORKLOAD_LABEL, ClusterWatch, JobRef, Topic, pod_done
-from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, JobBase
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, GenericJob
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import Patch, Token, guard, set_value
@@ -63,7 +63,7 @@ def _labels_at(obj: Mapping[str, Any], tokens: tuple[Token, ...]) -> Mapping[str
     return current if isinstance(current, Mapping) else {}
 
 
-def workload_label_patch(job: JobBase) -> Patch:
+def workload_label_patch(job: GenericJob) -> Patch:
     """Label every pod template with the workload, so its pods can be watched."""
     patch = Patch()
     for t in job.templates():

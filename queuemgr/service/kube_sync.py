@@ -5,7 +5,7 @@ finished and deleted in Kubernetes. This worker turns watch events into
 store writes, each with a NOTIFY that wakes the scheduler:
 
 - a labelled job in a managed namespace, not finished, without a row ->
-  submitted (the workload from ``JobBase.workload()``; the new jobs of a
+  submitted (the workload from ``GenericJob.workload()``; the new jobs of a
   batch in one transaction with one NOTIFY); a job
   re-created under the name of a finished workload replaces that row;
 - a job that failed, or completed while not admitted -> finished with
