@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from queuemgr.core.model import PodSet, Workload
@@ -83,8 +83,11 @@ class Submitter(threading.Thread):
     Batches of ``batch`` workloads, one transaction each, ``pause()`` seconds apart.
     With ``retry``, a batch the database refuses (an outage) is tried again after
     0.2 s, as a client would, and the first line of each refusal is kept in
-    ``refused``; without it the refusal ends the thread. ``done`` is set once
-    every workload is submitted.
+    ``refused``; without it the refusal ends the thread. With ``skip_stored``
+    as well, a retry leaves out the workloads already in the store: a commit
+    whose answer the outage cut off did happen, and submitting them again would
+    be refused as duplicates (they are counted in ``skipped``). ``done`` is set
+    once every workload is submitted.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class Submitter(threading.Thread):
         make: Callable[[int], Workload],
         pause: Callable[[], float],
         retry: bool = False,
+        skip_stored: bool = False,
     ) -> None:
         super().__init__(name="submitter", daemon=True)
         self.engine = engine
@@ -104,15 +108,22 @@ class Submitter(threading.Thread):
         self.make = make
         self.pause = pause
         self.retry = retry
+        self.skip_stored = skip_stored
         self.refused: list[str] = []
+        self.skipped = 0
         self.done = threading.Event()
 
     def run(self) -> None:
         for start in range(0, self.count, self.batch):
             workloads = [self.make(i) for i in range(start, min(start + self.batch, self.count))]
+            retried = False
             while True:
                 try:
                     with self.engine.begin() as conn:
+                        if retried and self.skip_stored:
+                            stored = _stored(conn, workloads)
+                            self.skipped += len(stored)
+                            workloads = [w for w in workloads if w.id not in stored]
                         for w in workloads:
                             submit_workload(conn, w)
                     break
@@ -120,9 +131,20 @@ class Submitter(threading.Thread):
                     if not self.retry:
                         raise
                     self.refused.append(str(exc).splitlines()[0])
+                    retried = True
                     time.sleep(0.2)
             time.sleep(self.pause())
         self.done.set()
+
+
+def _stored(conn: Connection, workloads: Sequence[Workload]) -> set[str]:
+    """The ids (namespace/name) of those of ``workloads`` that have a row."""
+    rows = conn.execute(
+        sa.text("SELECT namespace || '/' || name AS id FROM workloads WHERE name = ANY(:names)"),
+        {"names": [w.name for w in workloads]},
+    )
+    ids = {w.id for w in workloads}
+    return {r.id for r in rows if r.id in ids}
 
 
 def free_port() -> int:
