@@ -37,7 +37,8 @@ from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
 from queuemgr.store.leadership import leader_settings
-from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.repository import load_state
+from queuemgr.store.state import StoredState
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 

@@ -23,7 +23,8 @@ from queuemgr.core.model import ClusterQueue, LocalQueue
 from queuemgr.core.resources import total
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import codec
-from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.repository import load_state
+from queuemgr.store.state import StoredState
 
 Doc = dict[str, Any]
 

@@ -116,7 +116,7 @@ def persist_decisions(
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
-    ``previous`` (from :func:`load_workloads`) limits the status writes to the
+    ``previous`` (``StoredState.statuses``) limits the status writes to the
     workloads whose state, reason or message changed; without it all are written.
     With ``messages=False`` a change of the message alone is not written (its
     numbers move with every admission; the caller refreshes them now and then).

@@ -1,8 +1,8 @@
 """The live workload rows a cycle reads: queued and admitted, with pod sets and placements.
 
 Why it exists: the service's loop is "load, ``schedule``, persist, apply"; this
-is the load (``load_workloads`` for ``repository.load_state``, ``read_live`` for
-``mirror``'s incremental reads), and ``decisions`` is the persist.
+is the load's reading of rows (``read_live``, for ``mirror``, which every
+loader goes through), and ``decisions`` is the persist.
 
 What must stay true: each read matches a partial index's predicate exactly, so
 its cost follows the live workloads, never the finished history; a queued row
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -37,23 +37,6 @@ from queuemgr.core.model import (
 from queuemgr.store import codec
 
 Status = tuple[WorkloadState, str, str]  # (state, reason, message) as stored
-
-
-@dataclass(frozen=True, kw_only=True)
-class Workloads:
-    """The workloads a cycle needs, and the pending reasons last written for them."""
-
-    pending: tuple[Workload, ...]
-    admitted: tuple[AdmittedWorkload, ...]
-    # (state, reason, message) as stored, for writing only what a cycle changes.
-    statuses: Mapping[WorkloadId, Status] = field(default_factory=dict)
-    # The stored claims of the pending workloads (claim.workload is the pending object).
-    claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
-    # Queued workloads withheld from ``pending`` while they back off: when each is due.
-    backing_off: Mapping[WorkloadId, float] = field(default_factory=dict)
-    backing_off_workloads: tuple[Workload, ...] = ()  # the same, as workloads
-    # Evicted workloads not requeued yet: their pods may still run (Snapshot.stopping).
-    stopping: frozenset[WorkloadId] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -219,39 +202,3 @@ def read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, .
             )
         out.setdefault(wid, []).append(ps)
     return {wid: tuple(v) for wid, v in out.items()}
-
-
-def load_workloads(conn: Connection, *, now: float) -> Workloads:
-    """Queued (Pending, Inadmissible) and Admitted workloads, with pod sets and placements.
-
-    A queued workload still backing off at ``now`` is in ``backing_off``, not ``pending``.
-    """
-    pending: list[Workload] = []
-    admitted: list[AdmittedWorkload] = []
-    statuses: dict[WorkloadId, tuple[WorkloadState, str, str]] = {}
-    claims: dict[WorkloadId, Claim] = {}
-    backing_off: dict[WorkloadId, float] = {}
-    waiting_out: list[Workload] = []
-    for row in read_live(conn):
-        if row.admitted is not None:
-            admitted.append(row.admitted)
-            continue
-        wid = row.workload.id
-        statuses[wid] = (row.state, row.reason, row.message)
-        if row.backs_off(now):
-            assert row.requeue_at is not None
-            backing_off[wid] = row.requeue_at
-            waiting_out.append(row.workload)
-            continue
-        pending.append(row.workload)
-        if row.claim is not None:
-            claims[wid] = row.claim
-    return Workloads(
-        pending=tuple(pending),
-        admitted=tuple(admitted),
-        statuses=statuses,
-        claims=claims,
-        backing_off=backing_off,
-        backing_off_workloads=tuple(waiting_out),
-        stopping=read_stopping(conn),
-    )

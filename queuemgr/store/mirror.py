@@ -12,8 +12,9 @@ writes are folded in after they commit (:meth:`StateMirror.committed`).
 
 What must stay true:
 
-- a refresh returns exactly what :func:`queuemgr.store.repository.load_state`
-  would read at the same instant and ``now`` (one consistent snapshot; pending
+- a refresh returns exactly what a fresh mirror's first refresh
+  (:func:`queuemgr.store.repository.load_state`) reads at the same instant and
+  ``now`` (one consistent snapshot; pending
   workloads of stopped ClusterQueues withheld, and those still backing off;
   the claims of the pending ones, the evicted ones as ``stopping``), because
   every change of a workload row bumps its ``version`` (see ``store.models``)
@@ -47,7 +48,8 @@ from queuemgr.store import codec
 from queuemgr.store.config import load_config
 from queuemgr.store.decisions import Persisted
 from queuemgr.store.live import LiveRow, Status, read_live, read_stopping
-from queuemgr.store.repository import StoredState, with_claims
+from queuemgr.store.state import StoredState, with_claims
+from queuemgr.store.tenant_view import read_as_tenant
 
 # Which row versions the configuration tables hold: every INSERT or UPDATE
 # writes a tuple with a new (ctid, xmin), a DELETE removes one. An equal count
@@ -120,15 +122,21 @@ class StateMirror:
         """What the admitted workloads hold per LocalQueue (inner vectors never change)."""
         return dict(self._held)
 
-    def refresh(self, engine: Engine, *, now: float | None = None) -> StoredState:
+    def refresh(
+        self, engine: Engine, *, now: float | None = None, as_tenant: bool = False
+    ) -> StoredState:
         """The state as of ``now`` (the wall clock when not given), reading only what changed.
 
         ``now`` decides which queued workloads still back off (``requeue_at``).
+        ``as_tenant`` reads the tenant views (``store.tenant_view``) for everything
+        after the configuration's fingerprint, which only the tables have.
         """
         now = time.time() if now is None else now
         connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
         with connection as conn, conn.begin():
             fingerprint = str(conn.execute(_CONFIG_FINGERPRINT).scalar_one())
+            if as_tenant:
+                read_as_tenant(conn)
             loaded = load_config(conn) if fingerprint != self._fingerprint else None
             fetched, gone = self._read_changes(conn)
             stopping = read_stopping(conn)

@@ -24,7 +24,8 @@ from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_node
 from queuemgr.store.mirror import StateMirror
-from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.repository import load_state
+from queuemgr.store.state import StoredState
 from queuemgr.store.transitions import evict, finish_many, mark_finished, requeue
 from tests.integration.store.helpers import NODES, job, seed_lenders
 from tests.integration.store.test_mirror import _same

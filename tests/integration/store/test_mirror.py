@@ -14,7 +14,8 @@ from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_cluster_queue
 from queuemgr.store.mirror import StateMirror
-from queuemgr.store.repository import StoredState, load_state
+from queuemgr.store.repository import load_state
+from queuemgr.store.state import StoredState
 from queuemgr.store.transitions import evict, mark_finished, requeue
 from tests.integration.store.helpers import CQ, gang, seed_config
 
