@@ -34,6 +34,7 @@ class FakeBackend:
         self._finished: list[RunEnd] = []
         self.start_calls: Counter[WorkloadId] = Counter()
         self.stop_calls: Counter[WorkloadId] = Counter()
+        self.calls: list[tuple[str, WorkloadId]] = []  # ("start" | "stop", workload), in order
         self.fail_starts = 0  # the next N start calls raise BackendError
 
     def nodes(self) -> list[Node]:
@@ -50,6 +51,7 @@ class FakeBackend:
         with self._lock:
             wid = admitted.workload.id
             self.start_calls[wid] += 1
+            self.calls.append(("start", wid))
             if self.fail_starts > 0:
                 self.fail_starts -= 1
                 raise BackendError(f"injected failure starting {wid}")
@@ -58,6 +60,7 @@ class FakeBackend:
     def stop(self, workload_id: WorkloadId) -> None:
         with self._lock:
             self.stop_calls[workload_id] += 1
+            self.calls.append(("stop", workload_id))
             self._running.pop(workload_id, None)
 
     def running(self) -> set[WorkloadId]:

@@ -60,7 +60,7 @@ from queuemgr.store.decisions import Persisted, persist_decisions
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads, notify, requeue_workload
-from queuemgr.store.repository import StoredState
+from queuemgr.store.state import StoredState
 from queuemgr.store.transitions import evict, finish_many
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
 from queuemgr.store.workloads import StateConflict
@@ -366,15 +366,17 @@ class SchedulerLoop:
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
         state = self._mirror.refresh(self._engine, now=self._clock.now())
+        with self._engine.connect() as conn:
+            victims = evicted_workloads(conn)
+        # Stops first, as a cycle's apply does: an admitted gang may be placed on the
+        # room of a victim whose pods have not gone yet.
+        for wid in victims:
+            if self._retry(token, partial(self._backend.stop, wid)):
+                self._requeue(token, wid)
         running = self._backend.running()
         for a in state.admitted:
             if a.workload.id not in running:
                 self._retry(token, partial(self._backend.start, a))
-        with self._engine.connect() as conn:
-            victims = evicted_workloads(conn)
-        for wid in victims:
-            if self._retry(token, partial(self._backend.stop, wid)):
-                self._requeue(token, wid)
         self._adopted = token
 
     def _seed_usage(self) -> None:

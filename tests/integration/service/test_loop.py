@@ -287,6 +287,32 @@ def test_a_leader_deposed_while_it_stops_an_overrun_does_not_finish_it(engine: E
         elector.stop()
 
 
+def test_a_new_leader_stops_the_evicted_before_it_starts_the_admitted(engine: Engine) -> None:
+    """What the old leader committed and never applied: b evicted (its pods may still
+    run), a admitted. The successor stops b before it starts anything, as a cycle's
+    apply does, so nothing starts on room whose evicted pods have not gone. Before,
+    adoption started the admitted gangs first (found by bench/chaos.py's strict count)."""
+    seed_config(engine)
+    _submit(engine, "a", "b")
+    first, elector, _ = make_loop(engine, replica="a")
+    assert elector.step()
+    try:
+        first._apply = lambda *args, **kwargs: None  # type: ignore[method-assign]  # dies here
+        first.run_once()
+    finally:
+        elector.stop()
+    with engine.begin() as conn:
+        evict(conn, WorkloadId("team-a/b"), now=time.time(), reason="QuotaLowered")
+    assert states(engine) == {"a": "Admitted", "b": "Evicted"}
+    second, elector, backend = make_loop(engine, replica="b")
+    assert elector.step()
+    try:
+        second.run_once()
+    finally:
+        elector.stop()
+    assert backend.calls[:2] == [("stop", "team-a/b"), ("start", "team-a/a")]
+
+
 def test_a_claim_survives_a_failover_and_its_room_goes_to_its_preemptor(engine: Engine) -> None:
     # The borrower's x0 runs on the only node. Then solo's s (higher priority, first in
     # any cycle's order) and owner's mine queue: s does not fit, mine reclaims the node
