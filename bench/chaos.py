@@ -101,12 +101,12 @@ from queuemgr.store.leadership import LEASE_TTL  # noqa: E402
 from tests.integration.service.helpers import wait_for  # noqa: E402
 from tests.integration.service.processes import (  # noqa: E402
     ServeProcess,
+    StoreChecker,
     Submitter,
     admissions_per_workload,
     install_admission_log,
     job,
     logs,
-    overcommitted_nodes,
     state_counts,
     write_config,
 )
@@ -403,34 +403,6 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-class Checker(threading.Thread):
-    """Polls Postgres: nodes holding more than they have, and the row count never falling."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(name="checker", daemon=True)
-        self.engine = engine
-        self.stop = threading.Event()
-        self.violations: list[tuple[str, str, int, int]] = []
-        self.fell: list[str] = []
-        self.checks = 0
-        self.unanswered = 0
-
-    def run(self) -> None:
-        seen = 0
-        while not self.stop.wait(0.25):
-            try:
-                over = overcommitted_nodes(self.engine)
-                count = sum(state_counts(self.engine).values())
-            except SQLAlchemyError:  # an outage: nothing to check
-                self.unanswered += 1
-                continue
-            self.violations.extend(over)
-            if count < seen:
-                self.fell.append(f"workload rows fell from {seen} to {count}")
-            seen = max(seen, count)
-            self.checks += 1
 
 
 # -- the truth ----------------------------------------------------------------------------
@@ -848,7 +820,7 @@ def run(args: argparse.Namespace, workdir: Path, stack: ExitStack) -> int:
         p.start()
     wait_for(lambda: all(p.role() is not None for p in replicas), timeout=120, step=0.1)
 
-    checker = Checker(engine)
+    checker = StoreChecker(engine)
     checker.start()
     stack.callback(checker.stop.set)
     batch = 10
@@ -976,7 +948,7 @@ def report(
     lease: Lease,
     counts: dict[str, int],
     chaos: Chaos,
-    checker: Checker,
+    checker: StoreChecker,
     submitter: Submitter,
     wall: float,
     drain: float,

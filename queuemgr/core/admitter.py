@@ -227,22 +227,13 @@ class Admitter:
         ``request`` is what the placements hold when fewer than all pods are placed
         (partial admission); by default the workload's total.
         """
-        admission = Admission(
-            workload=w.id,
-            cluster_queue=cq.name,
-            flavor=flavor,
-            placements=placements,
-            borrowing=borrowing,
-        )
-        admitted = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+        admitted = self._admission(cq, w, flavor, placements, borrowing)
         if guarded:
             refused = self.backfill.check(admitted)
             if refused is not None:
                 return refused
-        self.ledger.add(cq.name, flavor, w.total_requests if request is None else request)
-        self.pool.take(admission.placements, w.pod_sets)
+        self._take(admitted, w.total_requests if request is None else request)
         self.admitted.append(admitted)
-        self.planned.append(admitted)
         self.log.append(admitted)
         return None
 
@@ -255,6 +246,19 @@ class Admitter:
         borrowing: bool,
     ) -> AdmittedWorkload:
         """Take ``w``'s quota and nodes for the rest of the cycle without admitting it."""
+        held = self._admission(cq, w, flavor, placements, borrowing)
+        self._take(held, w.total_requests)
+        self.backfill.record(held)
+        return held
+
+    def _admission(
+        self,
+        cq: ClusterQueue,
+        w: Workload,
+        flavor: FlavorName,
+        placements: tuple[PodSetPlacement, ...],
+        borrowing: bool,
+    ) -> AdmittedWorkload:
         admission = Admission(
             workload=w.id,
             cluster_queue=cq.name,
@@ -262,9 +266,10 @@ class Admitter:
             placements=placements,
             borrowing=borrowing,
         )
-        self.ledger.add(cq.name, flavor, w.total_requests)
-        self.pool.take(admission.placements, w.pod_sets)
-        held = AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
-        self.planned.append(held)
-        self.backfill.record(held)
-        return held
+        return AdmittedWorkload(workload=w, admission=admission, admitted_at=self.now)
+
+    def _take(self, a: AdmittedWorkload, request: Resources) -> None:
+        """Charge ``a``'s quota and nodes in this cycle's overlays; the planners count it."""
+        self.ledger.add(a.admission.cluster_queue, a.admission.flavor, request)
+        self.pool.take(a.admission.placements, a.workload.pod_sets)
+        self.planned.append(a)

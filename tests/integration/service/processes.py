@@ -24,7 +24,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.core.resources import ResourceName
@@ -293,3 +293,34 @@ def state_counts(engine: Engine) -> dict[str, int]:
 
 def logs(processes: Sequence[ServeProcess]) -> str:
     return "\n".join(f"--- {p.replica} ---\n{p.log()}" for p in processes)
+
+
+class StoreChecker(threading.Thread):
+    """Polls Postgres every ``interval`` s: nodes holding more than they have, and the
+    workload row count never falling (a lost row shows as a drop). A poll an outage
+    refuses is counted as unanswered, not as a check."""
+
+    def __init__(self, engine: Engine, *, interval: float = 0.25) -> None:
+        super().__init__(name="checker", daemon=True)
+        self.engine = engine
+        self.interval = interval
+        self.stop = threading.Event()
+        self.violations: list[tuple[str, str, int, int]] = []
+        self.fell: list[str] = []
+        self.checks = 0
+        self.unanswered = 0
+
+    def run(self) -> None:
+        seen = 0
+        while not self.stop.wait(self.interval):
+            try:
+                over = overcommitted_nodes(self.engine)
+                count = sum(state_counts(self.engine).values())
+            except SQLAlchemyError:  # an outage: nothing to check
+                self.unanswered += 1
+                continue
+            self.violations.extend(over)
+            if count < seen:
+                self.fell.append(f"workload rows fell from {seen} to {count}")
+            seen = max(seen, count)
+            self.checks += 1

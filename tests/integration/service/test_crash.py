@@ -11,7 +11,6 @@ one statement, whether any node holds more than it has.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from queuemgr.store.notify import submit_workload
 from tests.integration.service.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,
+    StoreChecker,
     Submitter,
     admissions_per_workload,
     cluster_yaml,
@@ -53,35 +53,13 @@ def _submitter(engine: Engine, rng: random.Random) -> Submitter:
     return Submitter(engine, WORKLOADS, batch=25, make=make, pause=lambda: rng.uniform(0.05, 0.4))
 
 
-class _Checker(threading.Thread):
-    """Polls the store: overcommitted nodes and the workload count (a lost row shows as a drop)."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(name="checker", daemon=True)
-        self.engine = engine
-        self.stop = threading.Event()
-        self.violations: list[tuple[str, str, int, int]] = []
-        self.lost: list[str] = []
-        self.checks = 0
-
-    def run(self) -> None:
-        seen = 0
-        while not self.stop.wait(0.1):
-            self.violations.extend(overcommitted_nodes(self.engine))
-            count = sum(state_counts(self.engine).values())
-            if count < seen:
-                self.lost.append(f"workload rows fell from {seen} to {count}")
-            seen = max(seen, count)
-            self.checks += 1
-
-
 def test_kill_9_at_random_points_loses_nothing_and_admits_nothing_twice(
     tmp_path: Path, engine: Engine, database_url: str
 ) -> None:
     write_config(tmp_path, cluster_yaml(nodes=8), cycle_interval=1, default_runtime=1)
     install_admission_log(engine)
     rng = random.Random(20261202)
-    checker = _Checker(engine)
+    checker = StoreChecker(engine, interval=0.1)
     checker.start()
     processes: list[ServeProcess] = []
     unfinished_at_kill: list[int] = []
@@ -128,7 +106,7 @@ def test_kill_9_at_random_points_loses_nothing_and_admits_nothing_twice(
     assert not twice, f"admitted other than once: {twice}"
     assert checker.checks > 50
     assert not checker.violations, checker.violations[:5]
-    assert not checker.lost, checker.lost
+    assert not checker.fell, checker.fell
     assert overcommitted_nodes(engine) == []
 
 

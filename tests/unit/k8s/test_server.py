@@ -117,6 +117,19 @@ def test_oversized_body_is_refused_unread(server: WebhookServer) -> None:
     assert status == 413
 
 
+def _raw(server: WebhookServer, header: bytes, body: bytes) -> bytes:
+    """POST /validate with one framing header and the start of a body that never ends;
+    the first bytes of the answer (a timeout if the server waits for the rest)."""
+    host, port = server.address
+    context = _client_context(CERT.ca_pem)
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n" + header + b"\r\n\r\n" + body)
+        return tls.recv(4096)
+
+
 @pytest.mark.parametrize(
     ("length", "status"),
     [
@@ -130,17 +143,7 @@ def test_a_bad_content_length_is_refused_at_once(
     server: WebhookServer, length: str, status: int
 ) -> None:
     # http.client would send its own length: a raw request, and a body that never ends.
-    host, port = server.address
-    context = _client_context(CERT.ca_pem)
-    with (
-        socket.create_connection((host, port), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        tls.sendall(
-            f"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
-            + b"{" * 4096
-        )
-        answer = tls.recv(4096)  # times out if the server waits for the stream to end
+    answer = _raw(server, f"Content-Length: {length}".encode(), b"{" * 4096)
     assert answer.startswith(f"HTTP/1.0 {status} ".encode()) or answer.startswith(
         f"HTTP/1.1 {status} ".encode()
     ), answer[:80]
@@ -282,19 +285,7 @@ def test_slow_clients_hold_at_most_the_connection_budget_of_threads() -> None:
 
 def test_a_chunked_body_without_a_length_is_refused_at_once(server: WebhookServer) -> None:
     """Chunked bodies are not taken at all: 411 before a byte of the endless body is read."""
-    host, port = server.address
-    context = _client_context(CERT.ca_pem)
-    with (
-        socket.create_connection((host, port), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        tls.sendall(
-            b"POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + b"1000\r\n"
-            + b"{" * 4096
-            + b"\r\n"
-        )
-        answer = tls.recv(4096)  # times out if the server reads the chunks
+    answer = _raw(server, b"Transfer-Encoding: chunked", b"1000\r\n" + b"{" * 4096 + b"\r\n")
     assert answer.split(b" ", 2)[1] == b"411", answer[:80]
 
 
