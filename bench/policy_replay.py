@@ -40,9 +40,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -217,11 +218,19 @@ def run(
 ) -> dict[str, float | None]:
     capacity = sum(n.allocatable.get(GPU, 0) for n in config.nodes.values())
     meter = meters[name] = Meter({sw.workload.id: sw.workload for sw in workloads}, capacity)
+    marks = {"next": 0.0}
+
+    def observe(now: float, snap: Snapshot, decided: Decisions, took: float) -> None:
+        meter.cycle(now, snap, decided, took)
+        if now >= marks["next"]:  # a line per simulated 500,000 s, for a run of hours
+            print(f"{name}: simulated {now:,.0f} s", file=sys.stderr, flush=True)
+            marks["next"] = now + 500_000
+
     engine = Engine(
         config,
         workloads,
         emit=meter.event,
-        observer=meter.cycle,
+        observer=observe,
         policy=policy,
         check_every=1000,
     )
@@ -341,8 +350,12 @@ def main() -> None:
                 name: pool.submit(_run_alone, p, jobs, name, config) for name, p in chosen.items()
             }
             results = {}
-            for name, future in futures.items():
+            # Each policy's figures as soon as it ends: a run cut short keeps the finished ones.
+            for future in as_completed(futures.values()):
+                name = next(n for n, f in futures.items() if f is future)
                 results[name], meters[name] = future.result()
+                print(f"finished: {name}: {results[name]}", file=sys.stderr, flush=True)
+            results = {name: results[name] for name in futures}
     else:
         results = {name: run(policy, jobs, meters, name, config) for name, policy in chosen.items()}
     keys = [
