@@ -40,6 +40,8 @@ NAMESPACE = 0x716D6772
 MIGRATION_KEY = 3
 # A holder that has not renewed for this long loses the lease to the next standby.
 LEASE_TTL = 15.0
+# A decision transaction left idle this long ends its own session (see fence).
+FENCED_IDLE_TIMEOUT = 5.0
 
 
 class NotLeader(RuntimeError):
@@ -125,8 +127,23 @@ FOR KEY SHARE
 """)
 
 
+# Set in the fenced transaction only: a cycle's reads may take longer between
+# statements at scale, but a decision transaction does its work back to back.
+_IDLE_LIMIT = text(
+    f"SET LOCAL idle_in_transaction_session_timeout = '{int(FENCED_IDLE_TIMEOUT * 1000)}ms'"
+)
+
+
 def fence(conn: Connection, token: LeaderToken) -> None:
-    """Inside a write transaction: raise NotLeader unless ``token`` still holds the lease."""
+    """Inside a write transaction: raise NotLeader unless ``token`` still holds the lease.
+
+    The transaction then holds the lease row FOR KEY SHARE, which a takeover waits for.
+    So that a leader paused before its commit (SIGSTOP, a stalled VM) cannot hold every
+    standby off for as long as the pause lasts, the transaction ends its own session once
+    it has been idle for ``FENCED_IDLE_TIMEOUT``: the takeover proceeds, and the paused
+    leader's writes are rolled back.
+    """
+    conn.execute(_IDLE_LIMIT)
     held = conn.execute(
         _FENCE, {"epoch": token.epoch, "pid": token.pid, "started": token.backend_start}
     ).scalar()

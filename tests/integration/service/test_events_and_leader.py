@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,7 +14,15 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
-from queuemgr.store.leadership import NotLeader, fence, holder_pid, release, renew, try_acquire
+from queuemgr.store.leadership import (
+    FENCED_IDLE_TIMEOUT,
+    NotLeader,
+    fence,
+    holder_pid,
+    release,
+    renew,
+    try_acquire,
+)
 from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
 from tests.integration.service.helpers import make_loop, placements, states, wait_for
@@ -182,3 +191,36 @@ def test_a_silent_leader_loses_the_lease_once_it_expires_and_cannot_commit(
             fence(conn, old)
         with engine.begin() as conn:
             fence(conn, new)
+
+
+def test_a_leader_paused_inside_a_decision_transaction_does_not_block_the_takeover(
+    engine: Engine,
+) -> None:
+    """A leader paused (SIGSTOP) between the fence and the commit of a decision
+    transaction holds the lease row FOR KEY SHARE. Its lease session ends, and the
+    standby's takeover, which changes the epoch, waits for that transaction: before, for
+    as long as the pause lasted (the failover test's standby waited until the teardown
+    killed the paused leader). The fenced transaction now ends itself once it has been
+    idle for FENCED_IDLE_TIMEOUT, so the standby leads within that and then some."""
+    autocommit = {"isolation_level": "AUTOCOMMIT"}
+    with (  # closed in reverse: the paused one first, which frees a standby still waiting
+        engine.connect().execution_options(**autocommit) as lease,
+        engine.connect().execution_options(**autocommit) as standby,
+        engine.connect() as paused,
+    ):
+        token = try_acquire(lease)
+        assert token is not None
+        paused.begin()
+        fence(paused, token)  # ...and the process stops here, its transaction open
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": token.pid})
+            conn.commit()
+        started = time.monotonic()
+        won: list[object] = []
+        taker = threading.Thread(target=lambda: won.append(try_acquire(standby)), daemon=True)
+        taker.start()
+        taker.join(timeout=FENCED_IDLE_TIMEOUT + 5)
+        assert won and won[0] is not None, "the standby is still waiting for the paused leader"
+        assert time.monotonic() - started < FENCED_IDLE_TIMEOUT + 5
+        with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):  # ended, not committed
+            paused.execute(sa.text("SELECT 1"))
