@@ -119,19 +119,16 @@ def release(conn: Connection) -> None:
     )
 
 
+# One round trip per decision transaction: the fence also limits how long the
+# transaction may then sit idle (SET LOCAL's effect, through set_config's is_local).
 _FENCE = text(f"""
-SELECT l.epoch = :epoch AND l.holder_pid = :pid AND l.holder_started = :started
-       AND {_HOLDER_ALIVE}
+SELECT set_config('idle_in_transaction_session_timeout', :idle, true) AS idle_limit,
+       l.epoch = :epoch AND l.holder_pid = :pid AND l.holder_started = :started
+       AND {_HOLDER_ALIVE} AS held
 FROM scheduler_lease AS l WHERE l.name = 'leader'
 FOR KEY SHARE
 """)
-
-
-# Set in the fenced transaction only: a cycle's reads may take longer between
-# statements at scale, but a decision transaction does its work back to back.
-_IDLE_LIMIT = text(
-    f"SET LOCAL idle_in_transaction_session_timeout = '{int(FENCED_IDLE_TIMEOUT * 1000)}ms'"
-)
+_IDLE = f"{int(FENCED_IDLE_TIMEOUT * 1000)}ms"
 
 
 def fence(conn: Connection, token: LeaderToken) -> None:
@@ -143,10 +140,11 @@ def fence(conn: Connection, token: LeaderToken) -> None:
     it has been idle for ``FENCED_IDLE_TIMEOUT``: the takeover proceeds, and the paused
     leader's writes are rolled back.
     """
-    conn.execute(_IDLE_LIMIT)
-    held = conn.execute(
-        _FENCE, {"epoch": token.epoch, "pid": token.pid, "started": token.backend_start}
-    ).scalar()
+    row = conn.execute(
+        _FENCE,
+        {"epoch": token.epoch, "pid": token.pid, "started": token.backend_start, "idle": _IDLE},
+    ).one_or_none()
+    held = row is not None and row.held
     if not held:
         raise NotLeader(
             f"the lease of epoch {token.epoch} (backend {token.pid}) is gone; not committing"
