@@ -5,7 +5,10 @@ would admit onto the same free capacity. The lease is held for a dedicated
 connection's backend and renewed at every heartbeat (``retry_interval``, 1 s).
 When the leader dies (kill -9, lost network, terminated backend) its backend
 ends and a standby takes over at its next try, well within 5 s; a leader that
-is alive but silent (paused) loses the lease once it expires.
+is alive but silent (paused) loses the lease once it expires. A replica that
+lost the lease sits out ``REJOIN_HEARTBEATS`` heartbeats before it competes
+again, so a healthy standby, not the replica whose session just died, wins the
+handover; a lone replica leads again after that pause.
 
 What must stay true: :attr:`token` is None unless this replica won the lease
 and renewed it at the last heartbeat. Holding a token is not
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine
@@ -28,6 +32,9 @@ from queuemgr.metrics import SchedulerMetrics
 from queuemgr.store.leadership import LEASE_TTL, LeaderToken, release, renew, try_acquire
 
 log = logging.getLogger(__name__)
+
+# Heartbeats a replica that lost the lease waits before trying to take it back.
+REJOIN_HEARTBEATS = 3
 
 
 class LeaderElector:
@@ -49,6 +56,7 @@ class LeaderElector:
         self._on_elected = on_elected
         self._conn: Connection | None = None
         self._token: LeaderToken | None = None
+        self._rejoin_at = 0.0  # monotonic time before which this replica does not compete
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,6 +78,9 @@ class LeaderElector:
             if self._token is not None:
                 log.warning("replica %s lost the leader lease", self.replica)
                 self._drop()
+                self._rejoin_at = time.monotonic() + REJOIN_HEARTBEATS * self._retry
+            if time.monotonic() < self._rejoin_at:
+                return False
             try:
                 if self._conn is None:
                     conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
+from queuemgr.service.leader import REJOIN_HEARTBEATS, LeaderElector
 from queuemgr.service.listener import NotifyListener
 from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.store.leadership import (
@@ -109,6 +110,44 @@ def test_one_leader_schedules_and_a_standby_takes_over_within_5s(
     with engine.connect() as conn:
         new_token = standby.elector.token
         assert new_token is not None and holder_pid(conn) == new_token.pid
+
+
+def _gone(engine: Engine, pid: int) -> bool:
+    with engine.connect() as conn:
+        q = sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+        return conn.execute(q, {"pid": pid}).scalar() == 0
+
+
+def test_a_replica_that_lost_the_lease_lets_a_standby_take_it_first(engine: Engine) -> None:
+    """The handover goes to a healthy standby, not back to the replica whose session died.
+
+    Before, the replica that noticed its loss tried to take the lease again in the same
+    step, and won whenever its heartbeat came before the standby's try: the failover
+    test's standby then never led (CI failed on it once)."""
+    retry = 0.2
+    old = LeaderElector(engine, replica="old", retry_interval=retry)
+    standby = LeaderElector(engine, replica="standby", retry_interval=retry)
+    try:
+        assert old.step()
+        token = old.token
+        assert token is not None
+        _terminate(engine, token.pid)
+        wait_for(lambda: _gone(engine, token.pid), timeout=5)
+        assert not old.step()  # it notices, and does not take the free lease back
+        assert not old.is_leader
+        assert standby.step()
+        # Alone, a replica that lost the lease leads again after its pause.
+        new = standby.token
+        assert new is not None
+        _terminate(engine, new.pid)
+        wait_for(lambda: _gone(engine, new.pid), timeout=5)
+        lost = time.monotonic()
+        assert not standby.step()
+        wait_for(standby.step, timeout=REJOIN_HEARTBEATS * retry + 5, step=0.05)
+        assert time.monotonic() - lost >= REJOIN_HEARTBEATS * retry * 0.9
+    finally:
+        old.stop()
+        standby.stop()
 
 
 def test_an_old_leader_that_lost_its_lock_cannot_commit(engine: Engine) -> None:
