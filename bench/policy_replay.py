@@ -33,13 +33,23 @@ counts only the GPU-seconds of runs that finished.
 
     python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--largest-min-gpus G]
         [--ordering fifo|usage] [--policies 1,3] [--max-runtime RULE] [--parallel]
-        [--preemption] [--min-runtime S] [--plot waits.png]
+        [--preemption] [--min-runtime S] [--plot waits.png] [--checkpoint DIR]
+
+With ``--checkpoint DIR`` each policy's whole state (engine and meter) is saved
+every simulated 100,000 s and a later run with the same code, policy and jobs
+resumes from it, so the whole trace with preemption (hours of CPU) can span
+sittings; a resumed run decides exactly as one uninterrupted run
+(tests/unit/sim/test_sim_engine.py), and "wall s" sums the sittings.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
+import os
+import pickle
+import re
 import sys
 import time
 from collections import defaultdict
@@ -63,6 +73,7 @@ SCENARIO = ROOT / "bench" / "scenarios" / "philly-160x8.yaml"
 TRACE = ROOT.parent / "shared" / "traces" / "philly.csv.gz"
 LIMITS = [3600.0 * h for h in (1, 4, 12, 24, 72, 168, 720, 1440)]
 PARTITIONS = "partitions"  # this benchmark's own rule for declared limits (declared_limit)
+CHECKPOINT_STEP = 100_000.0  # simulated seconds between saves: minutes of the busy tail
 
 # The issue's targets for queuemgr's best policy against plain BestEffortFIFO.
 TARGETS = {"p95 >=32": ("<=", 0.5), "p95 1-GPU": ("<=", 1.1), "utilization": (">=", 1.0)}
@@ -215,10 +226,19 @@ def run(
     meters: dict[str, Meter],
     name: str,
     config: Config,
+    checkpoint: Path | None = None,
 ) -> dict[str, float | None]:
     capacity = sum(n.allocatable.get(GPU, 0) for n in config.nodes.values())
-    meter = meters[name] = Meter({sw.workload.id: sw.workload for sw in workloads}, capacity)
-    marks = {"next": 0.0}
+    key = _key(policy, workloads, config)
+    saved = _load(checkpoint, name, key) if checkpoint is not None else None
+    if saved is None:
+        meter = Meter({sw.workload.id: sw.workload for sw in workloads}, capacity)
+        engine = Engine(config, workloads, policy=policy, check_every=1000)
+        marks, spent = {"next": 0.0}, 0.0
+    else:
+        engine, meter, marks, spent = saved
+        meter.workloads = {sw.workload.id: sw.workload for sw in workloads}
+    meters[name] = meter
 
     def observe(now: float, snap: Snapshot, decided: Decisions, took: float) -> None:
         meter.cycle(now, snap, decided, took)
@@ -226,16 +246,18 @@ def run(
             print(f"{name}: simulated {now:,.0f} s", file=sys.stderr, flush=True)
             marks["next"] = now + 500_000
 
-    engine = Engine(
-        config,
-        workloads,
-        emit=meter.event,
-        observer=observe,
-        policy=policy,
-        check_every=1000,
-    )
+    engine.emit, engine.observer = meter.event, observe
     t0 = time.perf_counter()
-    engine.run()
+    if checkpoint is None:
+        engine.run()
+    else:
+        # In steps of simulated time, each saved: a later sitting resumes the same run.
+        while not engine.done:
+            engine.run(until=engine.result.end_time + CHECKPOINT_STEP)
+            spent += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _save(checkpoint, name, key, (engine, meter, marks, spent))
+    spent += time.perf_counter() - t0
     out = meter.figures(min(meter.submitted.values()), max(meter.submitted.values()))
     tally = engine.tally
     delivered = sum(q.gpu_seconds for q in engine.result.queues.values())
@@ -243,15 +265,64 @@ def run(
     out["max per wl"] = float(tally.most_per_workload)
     out["wasted"] = float(tally.wasted)
     out["lost share"] = tally.lost_gpu_seconds / delivered if delivered else None
-    out["wall s"] = time.perf_counter() - t0
+    out["wall s"] = spent
     return out
 
 
+def _key(policy: SchedulerPolicy, workloads: list[SimWorkload], config: Config) -> str:
+    """What a saved run must match to be resumed: the code, the policy, cluster and jobs."""
+    digest = hashlib.sha256()
+    for path in [*sorted((ROOT / "queuemgr").rglob("*.py")), Path(__file__).resolve()]:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    digest.update(repr((policy, config, len(workloads), workloads[-1:])).encode())
+    return digest.hexdigest()
+
+
+def _path(directory: Path, name: str) -> Path:
+    return directory / (re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + ".pickle")
+
+
+Saved = tuple[Engine, Meter, dict[str, float], float]
+
+
+def _load(directory: Path, name: str, key: str) -> Saved | None:
+    path = _path(directory, name)
+    if not path.exists():
+        return None
+    with path.open("rb") as f:
+        saved_key, state = pickle.load(f)
+    if saved_key != key:
+        print(f"{name}: {path} is of other code or settings; starting over", file=sys.stderr)
+        return None
+    print(f"{name}: resuming from {path} at {state[0].result.end_time:,.0f} s", file=sys.stderr)
+    return state  # type: ignore[no-any-return]
+
+
+def _save(directory: Path, name: str, key: str, state: Saved) -> None:
+    engine, meter = state[0], state[1]
+    hooks, engine.emit, engine.observer = (engine.emit, engine.observer), None, None
+    jobs, meter.workloads = meter.workloads, {}  # the trace is read again on resuming
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = _path(directory, name)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as f:
+            pickle.dump((key, state), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # a sitting cut short keeps the previous step whole
+    finally:
+        engine.emit, engine.observer = hooks
+        meter.workloads = jobs
+
+
 def _run_alone(
-    policy: SchedulerPolicy, workloads: list[SimWorkload], name: str, config: Config
+    policy: SchedulerPolicy,
+    workloads: list[SimWorkload],
+    name: str,
+    config: Config,
+    checkpoint: Path | None,
 ) -> tuple[dict[str, float | None], Meter]:
     meters: dict[str, Meter] = {}
-    out = run(policy, workloads, meters, name, config)
+    out = run(policy, workloads, meters, name, config, checkpoint)
     meters[name].workloads = {}  # the parent has them; only the figures travel back
     return out, meters[name]
 
@@ -311,6 +382,13 @@ def main() -> None:
         default=0.0,
         help="with --preemption: each ClusterQueue's preemption.min_runtime, seconds (default 0)",
     )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="save each policy's run to DIR every simulated 100,000 s and resume from there "
+        "when the same code, policy and jobs run again (a replay longer than a sitting)",
+    )
     args = parser.parse_args()
     config = cluster(args.preemption, args.min_runtime)
     rule = None
@@ -347,7 +425,8 @@ def main() -> None:
         # One process per policy (fork): each gets the same jobs; only figures come back.
         with ProcessPoolExecutor(len(chosen), mp_context=get_context("fork")) as pool:
             futures = {
-                name: pool.submit(_run_alone, p, jobs, name, config) for name, p in chosen.items()
+                name: pool.submit(_run_alone, p, jobs, name, config, args.checkpoint)
+                for name, p in chosen.items()
             }
             results = {}
             # Each policy's figures as soon as it ends: a run cut short keeps the finished ones.
@@ -357,7 +436,10 @@ def main() -> None:
                 print(f"finished: {name}: {results[name]}", file=sys.stderr, flush=True)
             results = {name: results[name] for name in futures}
     else:
-        results = {name: run(policy, jobs, meters, name, config) for name, policy in chosen.items()}
+        results = {
+            name: run(policy, jobs, meters, name, config, args.checkpoint)
+            for name, policy in chosen.items()
+        }
     keys = [
         "utilization",
         "p50 1-GPU",

@@ -23,7 +23,10 @@ What must stay true:
 - every workload ends in exactly one bucket: finished, running, pending or
   not yet submitted (``--until``); none is dropped;
 - per-workload bookkeeping is O(1) (dicts keyed by workload id, a heap of
-  finish times, a sorted arrival list walked by an index).
+  finish times, a sorted arrival list walked by an index);
+- ``run(until=T)`` stops before the first event after T and a later ``run``
+  resumes there, also on a pickled and restored engine (``emit`` and
+  ``observer`` set again): the decisions are those of one uninterrupted run.
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ class Engine:
                 raise InputError(f"workload {sw.workload.id} is defined twice")
             ids.add(sw.workload.id)
         self._arrivals = sorted(workloads, key=lambda s: (s.workload.created_at, s.workload.id))
+        self._next_arrival = 0  # index into _arrivals; kept between run() calls
         # Run time once admitted, and whether max_runtime cut it short.
         self._runtime: dict[WorkloadId, tuple[float, bool]] = {}
         self._spec: dict[WorkloadId, tuple[float, bool]] = {}  # kept for requeues
@@ -159,7 +163,7 @@ class Engine:
         started = time.perf_counter()
         res = self.result
         arrivals, finishes, timers = self._arrivals, self._finishes, self._timers
-        i = 0
+        i = self._next_arrival
         self._drop_stale()
         while i < len(arrivals) or finishes or timers:
             now = min(
@@ -180,6 +184,7 @@ class Engine:
             while i < len(arrivals) and arrivals[i].workload.created_at == now:
                 self._submit(now, arrivals[i])
                 i += 1
+            self._next_arrival = i
             while next(iter(self.cache.pending()), None) is not None:
                 evicted = self._cycle(now)
                 if not evicted or self.policy.victim_stop_delay > 0:
@@ -200,8 +205,13 @@ class Engine:
         res.max_preemptions_per_workload = self.tally.most_per_workload
         res.invariant_checks = self.checker.checks
         res.invariant_violations = self.checker.violations
-        res.wall_time_s = time.perf_counter() - started
+        res.wall_time_s += time.perf_counter() - started  # summed over resumed runs
         return res
+
+    @property
+    def done(self) -> bool:
+        """Whether every event has happened: a further ``run`` would do nothing."""
+        return self._next_arrival >= len(self._arrivals) and not self._finishes and not self._timers
 
     def _drop_stale(self) -> None:
         """Forget the finishes of evicted runs: nothing happens then (nor in the service)."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import summarize
-from queuemgr.spec.scenario import parse_scenario
+from queuemgr.spec.scenario import load_scenario, parse_scenario
 
 
 def workload(name: str, ns: str, *, at: float, runtime: float, gpus: int, count: int = 1) -> Any:
@@ -155,3 +157,38 @@ def test_same_timestamp_finishes_before_arrivals() -> None:
         ("submitted", "b/next"),
         ("admitted", "b/next"),
     ]
+
+
+@pytest.mark.parametrize(
+    "name", ["reclaim", "fair-sharing", "usage-ordering", "gang-starvation"], ids=str
+)
+def test_a_run_cut_into_pieces_and_pickled_between_them_decides_as_one_run(name: str) -> None:
+    """What bench/policy_replay.py --checkpoint relies on to spread a replay over sittings."""
+    scenario = load_scenario(Path(__file__).parents[3] / "bench" / "scenarios" / f"{name}.yaml")
+
+    def engine(events: list[Event]) -> Engine:
+        return Engine(
+            scenario.config, scenario.workloads, emit=events.append, policy=scenario.policy
+        )
+
+    whole: list[Event] = []
+    expected = summarize(engine(whole).run(), scenario.config)
+    times = sorted({float(e["t"]) for e in whole})  # type: ignore[arg-type]
+    cuts = [times[len(times) * k // 6] for k in range(1, 6)]
+    pieces: list[Event] = []
+    current = engine(pieces)
+    for cut in cuts:
+        current.run(until=cut)
+        current.emit = None  # a bound method of the caller's sink; set again after loading
+        current = pickle.loads(pickle.dumps(current))
+        current.emit = pieces.append
+    got = summarize(current.run(), scenario.config)
+    assert len(cuts) == 5 and any(e["event"] == "evicted" for e in whole) == (
+        name in ("reclaim", "fair-sharing")
+    )
+    assert pieces == whole
+    # Each piece ends with a check of the whole state; time and memory are the machine's.
+    apart = {"wall_time_s", "peak_memory_mib", "invariant_checks"}
+    assert {k: v for k, v in got.items() if k not in apart} == {
+        k: v for k, v in expected.items() if k not in apart
+    }
