@@ -127,6 +127,7 @@ class Meter:
         self.workloads = workloads
         self.gpus, self.capacity = {wid: w.gpus for wid, w in workloads.items()}, capacity
         self.submitted: dict[str, float] = {}
+        self.queued: dict[str, float] = {}  # since when each waiting workload waits
         self.waits: dict[str, list[float]] = defaultdict(list)
         self.runs: dict[str, float] = {}
         self.busy: list[tuple[float, float, int]] = []
@@ -140,10 +141,11 @@ class Meter:
     def event(self, e: Event) -> None:
         wid, t = str(e["workload"]), float(e["t"])  # type: ignore[arg-type]
         if e["event"] == "submitted":
-            self.submitted[wid] = t
+            self.submitted[wid] = self.queued[wid] = t
             self._fresh.append(wid)
         elif e["event"] == "admitted":
-            self.waits[wid].append(t - self.submitted[wid])
+            # From when it last entered the queue: a victim's wait starts at its eviction.
+            self.waits[wid].append(t - self.queued.pop(wid))
             self.runs[wid] = t
             eta = self.predicted.pop(wid, None)
             if eta is not None:
@@ -152,6 +154,7 @@ class Meter:
             self.busy.append((self.runs.pop(wid), t, self.gpus[wid]))
         elif e["event"] == "evicted":  # thrown away: not delivered
             self.runs.pop(wid)
+            self.queued[wid] = t
 
     def cycle(self, now: float, snap: Snapshot, decided: Decisions, _took: float) -> None:
         # The ETA a newcomer is told in its first cycle, to compare with when it starts.
