@@ -46,7 +46,8 @@ class PlainPreemptor(Preemptor):
             if young > 0 and self._now - a.admitted_at < young:
                 continue
             if fair:
-                candidates.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
+                if a.admitted_at >= w.queued_since and a.workload.evictions < REPEAT_VICTIM:
+                    candidates.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
             elif reclaim is ReclaimWithinCohort.ANY or a.workload.priority < w.priority:
                 candidates.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
         candidates.sort(

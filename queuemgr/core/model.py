@@ -232,6 +232,9 @@ class Workload:
     # Times it was preempted: such a workload does not come back as a borrower while
     # in-nominal demand of its cohort waits (core.cycle, pass 2).
     evictions: int = 0
+    # When it last entered the queue, if an eviction put it back (None: ``created_at``).
+    # A preemptor may take by fair sharing only runs admitted since then (core.preemption).
+    queued_at: float | None = None
 
     # Derived once at construction: the cycle reads them for every workload.
     id: WorkloadId = field(init=False, repr=False, compare=False)
@@ -277,6 +280,11 @@ class Workload:
     @property
     def gpus(self) -> int:
         return self.total_requests.get(ResourceName("nvidia.com/gpu"), 0)
+
+    @property
+    def queued_since(self) -> float:
+        """When it started its current wait: its creation, or its last eviction."""
+        return self.created_at if self.queued_at is None else self.queued_at
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -345,7 +345,9 @@ class Engine:
         res = self.result
         self.tally.evicted(e, now)
         count = self.tally.by_workload[wid]
-        self._stopping[wid] = dataclasses.replace(run.admitted.workload, evictions=count)
+        self._stopping[wid] = dataclasses.replace(
+            run.admitted.workload, evictions=count, queued_at=now
+        )
         heapq.heappush(self._timers, (now + self.policy.victim_stop_delay, "stop", wid))
         self._runtime[wid] = self._spec[wid]  # it starts over when admitted again
         self._route[wid] = e.victim.admission.cluster_queue

@@ -61,7 +61,7 @@ class LiveRow:
 _COLUMNS = (
     "id, version, namespace, name, local_queue, priority, created_at, max_runtime, "
     "state::text AS state, reason, message, admitted_at, cluster_queue, flavor, borrowing, "
-    "claim::text AS claim, evictions, requeue_at"
+    "claim::text AS claim, evictions, requeue_at, queued_at"
 )
 # Two reads, each matching one partial index's predicate exactly, so the cost
 # follows the live workloads, never the finished history.
@@ -120,6 +120,7 @@ def read_live(
     out: list[LiveRow] = []
     for r in rows:
         w = known.get(r.id)
+        queued_at = None if r.queued_at is None else codec.seconds(r.queued_at)
         if w is None:
             w = Workload(
                 namespace=r.namespace,
@@ -130,9 +131,10 @@ def read_live(
                 created_at=codec.seconds(r.created_at),
                 max_runtime=r.max_runtime,
                 evictions=r.evictions,
+                queued_at=queued_at,
             )
-        elif w.evictions != r.evictions:
-            w = dataclasses.replace(w, evictions=r.evictions)
+        elif w.evictions != r.evictions or w.queued_at != queued_at:
+            w = dataclasses.replace(w, evictions=r.evictions, queued_at=queued_at)
         state = WorkloadState(r.state)
         admitted = None
         if state is WorkloadState.ADMITTED:

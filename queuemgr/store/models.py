@@ -195,6 +195,8 @@ class WorkloadRow(Base):
     # it is no cycle's pending workload before then.
     evictions: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     requeue_at: Mapped[datetime | None]
+    # Its last eviction, NULL if none: it waits since then (core Workload.queued_at).
+    queued_at: Mapped[datetime | None]
     version: Mapped[int] = mapped_column(Integer, server_default=text("1"))
 
 

@@ -105,7 +105,8 @@ def evict(
         reason=reason,
         message=message,
         now=now,
-        extra=", evictions = evictions + 1" if preempted else "",
+        # It waits again from now on: fair sharing reads it (core Workload.queued_at).
+        extra=", queued_at = :now" + (", evictions = evictions + 1" if preempted else ""),
     )
 
 

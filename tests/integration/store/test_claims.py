@@ -243,3 +243,33 @@ def test_the_mirror_agrees_with_load_state_through_claims_and_backoff(engine: En
     assert state.pending[0].evictions == 1
     assert [a.workload.id for a in cycle(NOW + 73).admitted] == [X0]
     same(NOW + 74)
+
+
+def test_an_eviction_sets_when_the_workload_waits_from_and_every_reader_sees_it(
+    engine: Engine,
+) -> None:
+    """Fair sharing takes only runs admitted since a preemptor started waiting
+    (core.preemption.fair_victim): a victim starts waiting at its eviction, not at its
+    creation, which it keeps for its place in the queue."""
+    seed_lenders(engine)
+    _submit(engine, ("borrower", "x0"))
+    mirror = StateMirror()
+    now = NOW + 10
+    _commit(engine, load_state(engine, now=now), now)
+    admitted = mirror.refresh(engine, now=now).admitted  # the mirror knows x0 from here
+    assert [a.workload.queued_at for a in admitted] == [None]
+    created = admitted[0].workload.created_at
+    assert admitted[0].workload.queued_since == created
+    # The second is no preemption (a readiness timeout): the count stays, the time moves.
+    for evicted_at, preempted in ((now + 5, True), (now + 500, False)):
+        with engine.begin() as conn:
+            evict(conn, X0, now=evicted_at, reason="Preempted", preempted=preempted)
+            requeue(conn, X0, now=evicted_at)
+        for state in (load_state(engine, now=evicted_at), mirror.refresh(engine, now=evicted_at)):
+            (w,) = state.pending
+            assert (w.queued_at, w.queued_since, w.created_at) == (
+                evicted_at,
+                evicted_at,
+                created,
+            )
+        _commit(engine, load_state(engine, now=evicted_at), evicted_at)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,8 +14,11 @@ from tests.builders import World, make_admitted, make_cq, make_nodes, make_workl
 from tests.unit.core.test_properties import SETTINGS
 
 
-def _greedy_borrower(fair: bool, running: int = 8, arrivals: int = 8) -> World:
-    """An idle lender; a holds every GPU on borrowed quota; b arrives with as many jobs."""
+def _greedy_borrower(
+    fair: bool, running: int = 8, arrivals: int = 8, *, b_waits_from: float = -100.0
+) -> World:
+    """An idle lender; a holds every GPU on borrowed quota, admitted at t = 0..7; b has
+    as many jobs, all waiting since ``b_waits_from`` (by default, before a's were admitted)."""
     world = World().cq(
         make_cq("lender").cohort("c").nominal(gpu=8, cpu="96"),
         make_cq("a").cohort("c").nominal(gpu=0, cpu="0"),
@@ -23,7 +29,9 @@ def _greedy_borrower(fair: bool, running: int = 8, arrivals: int = 8) -> World:
     for i in range(running):
         job = make_workload(f"a{i}").ns("a").gpus(1).at(float(i)).build()
         world.running(make_admitted(job, "a", "default", {"n-0": 1}, at=float(i)))
-    world.submit(*(make_workload(f"b{i}").ns("b").gpus(1).at(100.0 + i) for i in range(arrivals)))
+    world.submit(
+        *(make_workload(f"b{i}").ns("b").gpus(1).at(b_waits_from) for i in range(arrivals))
+    )
     return world
 
 
@@ -44,6 +52,36 @@ def test_fair_sharing_evens_out_the_borrowers() -> None:
     assert {e.victim.workload.name for e in res.decisions.evicted} == {
         f"a{i}" for i in range(8 - len(res.decisions.evicted), 8)
     }
+
+
+@pytest.mark.parametrize(
+    ("b_waits_from", "victims"),
+    [
+        (100.0, set()),  # a's runs all took room before b asked for any
+        (4.0, {"a4", "a5", "a6", "a7"}),  # a4..a7 were admitted while b0 waited
+        (4.5, {"a5", "a6", "a7"}),
+    ],
+    ids=["all-before", "half-after", "admitted-before-by-half-a-second"],
+)
+def test_fair_sharing_takes_only_runs_admitted_since_the_preemptor_waited(
+    b_waits_from: float, victims: set[str]
+) -> None:
+    res = _greedy_borrower(fair=True, b_waits_from=b_waits_from).run(now=200.0)
+    assert {e.victim.workload.name for e in res.decisions.evicted} == victims
+
+
+def test_fair_sharing_spares_a_workload_preempted_three_times() -> None:
+    world = _greedy_borrower(fair=True)
+    world.admitted = [
+        dataclasses.replace(
+            a, workload=dataclasses.replace(a.workload, evictions=3 if i >= 2 else 0)
+        )
+        for i, a in enumerate(world.admitted)
+    ]
+    res = world.run(now=200.0)
+    # Without the limit a4..a7 would go (test_fair_sharing_evens_out_the_borrowers).
+    assert {e.victim.workload.name for e in res.decisions.evicted} <= {"a0", "a1"}
+    assert res.decisions.evicted
 
 
 def test_the_victims_do_not_take_it_back() -> None:
