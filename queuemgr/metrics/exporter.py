@@ -80,7 +80,9 @@ class SchedulerMetrics(MetricFamilies):
             cq = a.admission.cluster_queue
             label = priority_label(a.workload.priority, self._priority_classes)
             self.wait.labels(cluster_queue=cq, priority_class=label).observe(
-                max(0.0, now - a.workload.created_at)
+                # From its last eviction if it had one: the time a victim ran before it
+                # is no wait (Kueue's admission wait time counts from the requeue).
+                max(0.0, now - a.workload.queued_since)
             )
 
     def _preemption_series(self, queues: Iterable[str]) -> None:

@@ -131,7 +131,8 @@ class MetricFamilies:
         )
         self.wait = Histogram(
             "queuemgr_admission_wait_time_seconds",
-            "Seconds from creation to admission; priority_class is a configured class name, "
+            "Seconds from creation, or from the last eviction, to admission; priority_class is "
+            "a configured class name, "
             "or 'other' for a priority no class names",
             ["cluster_queue", "priority_class"],
             buckets=_WAIT_BUCKETS,

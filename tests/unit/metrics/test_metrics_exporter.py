@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
 
 import pytest
@@ -141,6 +142,15 @@ def test_wait_time_is_labelled_by_a_bounded_priority_class() -> None:
     assert value(m, f"{hist}_sum", cluster_queue="a", priority_class="other") == 90.0
     with pytest.raises(ValueError, match="priority classes"):
         SchedulerMetrics(priority_classes={i: f"c{i}" for i in range(MAX_PRIORITY_CLASSES + 1)})
+
+
+def test_a_victim_admitted_again_waited_since_its_eviction_not_since_its_creation() -> None:
+    victim = dataclasses.replace(wl("v").ns("a").gpus(1).at(10).build(), evictions=1, queued_at=95)
+    res = World().cq(make_cq("a").nominal(gpu=8)).node(make_nodes("n", 1)).submit(victim).run()
+    m = observe(res)  # at now=100
+    hist = "queuemgr_admission_wait_time_seconds"
+    assert value(m, f"{hist}_sum", cluster_queue="a", priority_class="default") == 5.0
+    assert value(m, f"{hist}_count", cluster_queue="a", priority_class="default") == 1
 
 
 def test_series_of_a_queue_that_is_gone_are_removed() -> None:
