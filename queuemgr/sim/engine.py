@@ -142,10 +142,6 @@ class Engine:
         self._spec: dict[WorkloadId, tuple[float, bool]] = {}  # kept for requeues
         self._finish_at: dict[WorkloadId, float] = {}  # a run's finish; stale entries skip
         self._route: dict[WorkloadId, ClusterQueueName | None] = {}  # while pending
-        # When each waiting workload last entered the queue (submitted or evicted): an
-        # admission's wait counts from there, as Kueue's admission wait time does, not
-        # from the creation time a victim keeps for its place in the queue.
-        self._queued_at: dict[WorkloadId, float] = {}
         self._running: dict[WorkloadId, _Running] = {}
         self._finishes: list[tuple[float, WorkloadId]] = []
         # Victims on their way out, then back: (time, kind, id), kind "stop" or "requeue".
@@ -249,7 +245,6 @@ class Engine:
         else:
             self._runtime[w.id] = (sw.runtime, False)
         self._spec[w.id] = self._runtime[w.id]
-        self._queued_at[w.id] = now
         res = self.result
         if res.first_submit is None:
             res.first_submit = now
@@ -324,7 +319,9 @@ class Engine:
         res.admitted += 1
         stats = res.queues[adm.cluster_queue]
         stats.admitted += 1
-        stats.waits.append(now - self._queued_at.pop(wid))
+        # From its submission or its last eviction (Workload.queued_at), as Kueue's admission
+        # wait time does, not from the creation time a victim keeps for its queue place.
+        stats.waits.append(now - a.workload.queued_since)
         if self.emit is not None:
             event = self._event(now, "admitted", wid, adm.cluster_queue)
             event["flavor"] = adm.flavor
@@ -351,7 +348,6 @@ class Engine:
         heapq.heappush(self._timers, (now + self.policy.victim_stop_delay, "stop", wid))
         self._runtime[wid] = self._spec[wid]  # it starts over when admitted again
         self._route[wid] = e.victim.admission.cluster_queue
-        self._queued_at[wid] = now
         res.evictions += 1
         if self.emit is not None:
             event = self._event(now, "evicted", wid, e.victim.admission.cluster_queue)
