@@ -47,7 +47,7 @@ from servicebench import (
 )
 
 from queuemgr.store.database import create_engine
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 
 QUEUES, NODES = 4, 64
 

@@ -38,8 +38,7 @@ from queuemgr.spec.knobs import parse_duration
 from queuemgr.store import admin
 from queuemgr.store.admin import WorkloadInfo
 from queuemgr.store.config import load_config, os_actor
-from queuemgr.store.notify import submit_workload
-from queuemgr.store.workloads import cancel_workload
+from queuemgr.store.transitions import cancel_workload, submit_workload
 
 
 @click.command("submit", context_settings={"ignore_unknown_options": True})

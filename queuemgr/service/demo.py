@@ -51,8 +51,8 @@ from queuemgr.service.demo_figures import (
 )
 from queuemgr.store.config import load_config
 from queuemgr.store.database import create_engine
-from queuemgr.store.notify import submit_workload
 from queuemgr.store.readouts import WorkloadProgress, workload_progress
+from queuemgr.store.transitions import submit_workload
 
 CLUSTER_FILE = "demo_cluster.yaml"
 TICK = 0.25  # seconds between two reads of the database (the view's refresh)

@@ -54,8 +54,8 @@ from queuemgr.service.ports import BackendError, Clock
 from queuemgr.service.worker import Worker
 from queuemgr.store.jobsync import RowState, mark_pods_ready, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
-from queuemgr.store.notify import HELD_REASON, finish_workload, notify, requeue_workload
-from queuemgr.store.transitions import evict
+from queuemgr.store.notify import HELD_REASON
+from queuemgr.store.transitions import evict, finish_workload, requeue_workload
 from queuemgr.store.workloads import StateConflict
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,6 @@ class PodsReadyCheck(Worker):
                     message=message,
                     preempted=False,
                 )
-                notify(conn, "evicted")
         self.evictions += 1
         if reason == LIMIT_REASON:
             self._metrics.observe_finished(LIMIT_REASON)

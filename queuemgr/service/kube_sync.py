@@ -52,14 +52,8 @@ from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.service.ports import Clock
 from queuemgr.service.worker import Worker
 from queuemgr.store import config as store_config
-from queuemgr.store.jobsync import (
-    RowState,
-    resubmit_workload,
-    row_states,
-    submit_many,
-    unfinished,
-)
-from queuemgr.store.notify import finish_workload
+from queuemgr.store.jobsync import RowState, row_states, unfinished
+from queuemgr.store.transitions import finish_workload, resubmit_workload, submit_many
 from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 log = logging.getLogger(__name__)

@@ -59,9 +59,9 @@ from queuemgr.service.ports import Clock, ClusterBackend
 from queuemgr.store.decisions import Persisted, persist_decisions
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
-from queuemgr.store.notify import evicted_workloads, notify, requeue_workload
+from queuemgr.store.notify import evicted_workloads
 from queuemgr.store.state import StoredState
-from queuemgr.store.transitions import evict, finish_many
+from queuemgr.store.transitions import evict, finish_many, requeue_workload
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
 from queuemgr.store.workloads import StateConflict
 
@@ -270,7 +270,6 @@ class SchedulerLoop:
             # would otherwise finish a workload its successor has admitted again.
             fence(conn, token)
             done = finish_many(conn, self._unreported, now=now)
-            notify(conn, "finished")
         for end in self._unreported:
             if end.workload not in done:
                 log.info("a run of %s ended, but not the run the store has", end.workload)
@@ -303,7 +302,6 @@ class SchedulerLoop:
                         fence(conn, token)
                         run = RunEnd(workload=a.workload.id, admitted_at=a.admitted_at)
                         done = finish_many(conn, [run], now=now, reason="MaxRuntimeExceeded")
-                        notify(conn, "finished")
                     if done:
                         self._metrics.observe_finished("MaxRuntimeExceeded")
                 except StateConflict:

@@ -4,14 +4,11 @@ Why it exists: the controller keeps workload rows in step with jobs (it
 must know, for a batch of jobs at once, which have a row and in which
 state), resolves a flavor's node labels when it starts a gang, and holds
 gangs evicted for not getting their pods ready for a backoff before they
-queue again. These are narrow, indexed reads, and two writes: a job
-re-created under the name of a finished workload, and the moment a gang's
-pods were first all ready (so a new leader knows it was).
+queue again. These are narrow, indexed reads, and one write: the moment a
+gang's pods were first all ready (so a new leader knows it was). Its
+submissions and moves of rows go through ``store.transitions``.
 
-What must stay true: reads never lock; a finished workload's row is never
-overwritten by a new job of the same name: it is renamed
-``<name>~<id>`` (history keeps it) and the new one inserted, in one
-transaction that NOTIFYs the scheduler.
+What must stay true: reads never lock; the readiness mark touches no state.
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ from typing import Any
 from sqlalchemy import Connection, select, text
 
 from queuemgr.core.lifecycle import WorkloadState
-from queuemgr.core.model import FlavorName, ResourceFlavor, Workload, WorkloadId
+from queuemgr.core.model import FlavorName, ResourceFlavor, WorkloadId
 from queuemgr.store import codec
 from queuemgr.store.models import Flavor
-from queuemgr.store.notify import notify
-from queuemgr.store.workloads import WorkloadExists, atomic, insert_workload
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,47 +131,3 @@ def flavor(conn: Connection, name: str) -> ResourceFlavor | None:
         node_labels=dict(row["node_labels"]),
         taints=codec.taints_of(row["taints"]),
     )
-
-
-def submit_many(conn: Connection, workloads: Sequence[Workload]) -> list[WorkloadId]:
-    """Submit each of ``workloads`` as Pending, in one transaction with one NOTIFY.
-
-    Returns the ones inserted; one whose name is taken is skipped (each insert
-    is its own savepoint), so a batch never fails for a duplicate.
-    """
-    done: list[WorkloadId] = []
-    with atomic(conn):
-        for w in workloads:
-            try:
-                insert_workload(conn, w)
-            except WorkloadExists:
-                continue
-            done.append(w.id)
-        if done:
-            notify(conn, "submitted")
-    return done
-
-
-def resubmit_workload(conn: Connection, w: Workload) -> int:
-    """Submit ``w`` whose name a *finished* workload holds: that one is renamed ``name~id``.
-
-    Raises ``LookupError`` when no finished workload holds the name (a live
-    workload is never replaced).
-    """
-    with atomic(conn):
-        old = conn.execute(
-            text(
-                "SELECT id FROM workloads WHERE namespace = :ns AND name = :name"
-                " AND state = 'Finished' FOR UPDATE"
-            ),
-            {"ns": w.namespace, "name": w.name},
-        ).first()
-        if old is None:
-            raise LookupError(f"{w.id}: no finished workload of that name to replace")
-        conn.execute(
-            text("UPDATE workloads SET name = name || '~' || id::text WHERE id = :id"),
-            {"id": old.id},
-        )
-        wid = insert_workload(conn, w)
-        notify(conn, "submitted")
-    return wid

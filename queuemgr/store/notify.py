@@ -6,21 +6,21 @@ change) call ``pg_notify`` inside the transaction that makes the change, so
 the notification is delivered if and only if the change commits, and only
 after it is visible to the woken cycle's snapshot.
 
+Every move of a workload (``store.transitions``), every config write
+(``store.config.audit_change``) and every submission (the ``queuemgr_submit``
+function) notifies by itself: no caller has to remember to.
+
 What must stay true: a payload is a short event kind (``submitted``,
-``finished``, ``requeued``, ``config``), never data the listener relies on:
+``finished``, ``evicted``, ``requeued``, ``config``), never data the listener relies on:
 notifications may coalesce or be lost while a listener reconnects, so the
 loop always reloads the whole snapshot and also runs a periodic safety cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlalchemy import Connection, text
 
-from queuemgr.core.model import Workload, WorkloadId
-from queuemgr.store.transitions import mark_finished, requeue
-from queuemgr.store.workloads import atomic, insert_workload
+from queuemgr.core.model import WorkloadId
 
 CHANNEL = "queuemgr"
 
@@ -28,41 +28,6 @@ CHANNEL = "queuemgr"
 def notify(conn: Connection, event: str) -> None:
     """Queue a notification; Postgres delivers it when (and only if) the transaction commits."""
     conn.execute(text("SELECT pg_notify(:channel, :event)"), {"channel": CHANNEL, "event": event})
-
-
-def submit_workload(conn: Connection, w: Workload) -> int:
-    """Insert ``w`` as Pending and wake the scheduler; WorkloadExists for a duplicate.
-
-    ``queuemgr_submit`` (the database function behind :func:`insert_workload`)
-    sends the notification itself.
-    """
-    return insert_workload(conn, w)
-
-
-def finish_workload(
-    conn: Connection, wid: WorkloadId, *, now: float, reason: str = "Succeeded", message: str = ""
-) -> None:
-    """Mark ``wid`` finished (its placements are freed) and wake the scheduler."""
-    with atomic(conn):
-        mark_finished(conn, wid, now=now, reason=reason, message=message)
-        notify(conn, "finished")
-
-
-def requeue_workload(
-    conn: Connection,
-    wid: WorkloadId,
-    *,
-    now: float,
-    backoff: Callable[[int], float] | None = None,
-) -> float | None:
-    """Evicted -> Pending once its pods are gone, and wake the scheduler.
-
-    Returns when its backoff ends (see :func:`~queuemgr.store.transitions.requeue`).
-    """
-    with atomic(conn):
-        until = requeue(conn, wid, now=now, backoff=backoff)
-        notify(conn, "requeued")
-    return until
 
 
 # Evicted for want of ready pods: the readiness check requeues them after a backoff.

@@ -1,30 +1,146 @@
-"""Workload moves outside a cycle: finish (or cancel), evict, requeue.
+"""Every move of a workload row outside a cycle's admissions: the one way to change one.
 
-Why it exists: the cluster reports that a gang finished or was evicted, and
-an operator cancels; each is one state change of one workload row.
+Why it exists: submissions (CLI, webhook, job sync), the cluster's reports (a
+gang finished, its pods are gone), the loop's evictions and an operator's
+cancel all move workload rows. One module holds them all, in the manner of
+procrastinate's ``JobManager``, so that each move is written once, checked
+against the core's table of legal moves and wakes the scheduler by itself.
+(A cycle's admissions are written with its statuses and claims in one
+transaction by ``decisions``.)
 
-What must stay true: a move is a conditional UPDATE on the states the core's
-lifecycle (``queuemgr.core.lifecycle``) allows it to leave, bumping
+What must stay true: a move is a conditional UPDATE on the states it may leave,
+and those states are checked against ``queuemgr.core.lifecycle`` (a move the
+table forbids raises ``IllegalTransition`` before any SQL runs); it bumps
 ``version``; a workload in any other state (or missing) raises
 :class:`~queuemgr.store.workloads.StateConflict` and nothing is written
 (:func:`finish_many`, the loop's batch of finishes, skips it and says which
-ones it moved; it finishes only the admission each end names);
-leaving Admitted deletes the workload's placements, which are live occupancy;
-a preemption counts in ``evictions``, and the requeue that follows it sets
-``requeue_at`` (the backoff) in the same UPDATE; a finish or cancel ends a
-pending preemptor's claim.
+ones it moved; it finishes only the admission each end names); leaving
+Admitted deletes the workload's placements, which are live occupancy; an
+eviction sets ``queued_at`` and a preemption counts in ``evictions``; the
+requeue that follows sets ``requeue_at`` (the backoff) in the same UPDATE; a
+finish or cancel ends a pending preemptor's claim; every move NOTIFYs the
+scheduler in its own transaction (``store.notify``), so it is woken if and
+only if the move commits.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
 
-from queuemgr.core.lifecycle import SAME_ADMISSION_S, RunEnd, WorkloadState
-from queuemgr.core.model import WorkloadId
+from queuemgr.core.lifecycle import (
+    SAME_ADMISSION_S,
+    IllegalTransition,
+    RunEnd,
+    WorkloadState,
+    can_move,
+)
+from queuemgr.core.model import Workload, WorkloadId
 from queuemgr.store import codec
-from queuemgr.store.workloads import StateConflict, atomic
+from queuemgr.store.notify import notify
+from queuemgr.store.workloads import StateConflict, WorkloadExists, atomic
+
+
+def _legal(to: WorkloadState, sources: Sequence[WorkloadState]) -> list[str]:
+    """The states a move leaves, as SQL values, once the core's table allows each of them."""
+    for s in sources:
+        if not can_move(s, to):
+            raise IllegalTransition(f"workload cannot move from {s.value} to {to.value}")
+    return [s.value for s in sources]
+
+
+# -- submit ---------------------------------------------------------------------
+
+
+def submit_workload(conn: Connection, w: Workload) -> int:
+    """Submit ``w`` as Pending; returns its row id. Raises WorkloadExists for a duplicate.
+
+    Through ``queuemgr_submit`` (migration 0010), the one way into the table for
+    every submitter: a tenant has no INSERT of its own, and the function checks
+    its namespace grant, its LocalQueue and the shape of the pod sets. It
+    notifies the scheduler in this transaction.
+    """
+    try:
+        with atomic(conn):
+            wid = conn.execute(
+                _SUBMIT,
+                {
+                    "ns": w.namespace,
+                    "name": w.name,
+                    "queue": w.queue,
+                    "priority": w.priority,
+                    "created": codec.timestamp(w.created_at),
+                    "max_runtime": w.max_runtime,
+                    "pod_sets": json.dumps([codec.pod_set(ps) for ps in w.pod_sets]),
+                },
+            ).scalar_one()
+    except IntegrityError as exc:
+        raise WorkloadExists(f"workload {w.id} already exists") from exc
+    return int(wid)
+
+
+_SUBMIT = text(
+    "SELECT queuemgr_submit(:ns, :name, :queue, :priority, :created, :max_runtime,"
+    " CAST(:pod_sets AS jsonb))"
+)
+
+
+def submit_many(conn: Connection, workloads: Sequence[Workload]) -> list[WorkloadId]:
+    """Submit each of ``workloads`` as Pending, in one transaction.
+
+    Returns the ones inserted; one whose name is taken is skipped (each insert
+    is its own savepoint), so a batch never fails for a duplicate.
+    """
+    done: list[WorkloadId] = []
+    with atomic(conn):
+        for w in workloads:
+            try:
+                submit_workload(conn, w)
+            except WorkloadExists:
+                continue
+            done.append(w.id)
+    return done
+
+
+def resubmit_workload(conn: Connection, w: Workload) -> int:
+    """Submit ``w`` whose name a *finished* workload holds: that one is renamed ``name~id``.
+
+    Raises ``LookupError`` when no finished workload holds the name (a live
+    workload is never replaced).
+    """
+    with atomic(conn):
+        old = conn.execute(
+            text(
+                "SELECT id FROM workloads WHERE namespace = :ns AND name = :name"
+                " AND state = 'Finished' FOR UPDATE"
+            ),
+            {"ns": w.namespace, "name": w.name},
+        ).first()
+        if old is None:
+            raise LookupError(f"{w.id}: no finished workload of that name to replace")
+        conn.execute(
+            text("UPDATE workloads SET name = name || '~' || id::text WHERE id = :id"),
+            {"id": old.id},
+        )
+        return submit_workload(conn, w)
+
+
+def cancel_workload(conn: Connection, wid: WorkloadId, *, message: str) -> bool:
+    """Finish ``wid`` as Cancelled through ``queuemgr_cancel`` (tenants have no UPDATE).
+
+    False when it had already finished. It frees its placements and notifies.
+    """
+    ns, _, name = wid.partition("/")
+    done = conn.execute(
+        text("SELECT queuemgr_cancel(:ns, :name, :why)"), {"ns": ns, "name": name, "why": message}
+    ).scalar_one()
+    return bool(done)
+
+
+# -- moves of a row ---------------------------------------------------------------
 
 
 def _move(
@@ -39,6 +155,7 @@ def _move(
     extra: str = "",
     params: dict[str, object] | None = None,
 ) -> None:
+    states = _legal(to, sources)
     ns, _, name = wid.partition("/")
     with atomic(conn):
         row = conn.execute(
@@ -55,16 +172,25 @@ def _move(
                 "now": codec.timestamp(now),
                 "ns": ns,
                 "name": name,
-                "sources": [s.value for s in sources],
+                "sources": states,
                 **(params or {}),
             },
         ).first()
         if row is None:
             raise StateConflict(f"move to {to.value}", [wid])
         conn.execute(text("DELETE FROM placements WHERE workload_id = :id"), {"id": row.id})
+        notify(conn, _EVENTS[to])
 
 
-def mark_finished(
+# What each move tells the scheduler (store.notify: a kind, never data).
+_EVENTS = {
+    WorkloadState.FINISHED: "finished",
+    WorkloadState.EVICTED: "evicted",
+    WorkloadState.PENDING: "requeued",
+}
+
+
+def finish_workload(
     conn: Connection, wid: WorkloadId, *, now: float, reason: str = "Succeeded", message: str = ""
 ) -> None:
     """Finish (or cancel) a workload that has not finished yet; frees its placements
@@ -110,7 +236,7 @@ def evict(
     )
 
 
-def requeue(
+def requeue_workload(
     conn: Connection,
     wid: WorkloadId,
     *,
@@ -169,11 +295,16 @@ SET state = 'Finished', reason = :reason, message = :message, state_since = :now
     finished_at = :now, claim = NULL, version = w.version + 1
 FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:admitted AS float8[]))
     AS d(ns, name, admitted)
-WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Admitted', 'Evicted')
+WHERE w.namespace = d.ns AND w.name = d.name
+  AND w.state = ANY(CAST(:sources AS workload_state[]))
   AND (d.admitted IS NULL
        OR abs(extract(epoch FROM w.admitted_at) - d.admitted) < :same)
 RETURNING w.id, w.namespace, w.name
 """)
+
+
+# A run's end finishes a workload Admitted, or being evicted (its stop was on the way).
+_RUNNING = _legal(WorkloadState.FINISHED, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
 
 
 def finish_many(
@@ -204,10 +335,13 @@ def finish_many(
                 "names": [name for _, _, name in names],
                 "admitted": [e.admitted_at for e in ends],
                 "same": SAME_ADMISSION_S,
+                "sources": _RUNNING,
             },
         ).all()
         conn.execute(
             text("DELETE FROM placements WHERE workload_id = ANY(CAST(:ids AS bigint[]))"),
             {"ids": [r.id for r in rows]},
         )
+        if rows:
+            notify(conn, "finished")
     return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]

@@ -1,9 +1,8 @@
-"""Workload rows: submit, cancel, and the rules every write of a workload row keeps.
+"""Workload rows: the rules every write of a workload row keeps, and what they share.
 
-Why it exists: a workload row is written by submissions (here), by a cycle's
-decisions (``decisions``) and by moves outside a cycle (``transitions``); it is
-read for a cycle by ``live``. The errors and the transaction helper they share
-live here.
+Why it exists: a workload row is written by a cycle's decisions (``decisions``)
+and by every other move, submissions included (``transitions``); it is read for
+a cycle by ``live``. The errors and the transaction helper they share live here.
 
 What must stay true:
 
@@ -25,18 +24,10 @@ What must stay true:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, text
-from sqlalchemy.exc import IntegrityError
-
-from queuemgr.core.model import (
-    Workload,
-    WorkloadId,
-)
-from queuemgr.store import codec
+from sqlalchemy import Connection
 
 
 class StateConflict(RuntimeError):
@@ -61,48 +52,3 @@ def atomic(conn: Connection) -> Iterator[None]:
     else:
         with conn.begin():
             yield
-
-
-def insert_workload(conn: Connection, w: Workload) -> int:
-    """Submit ``w`` as Pending; returns its row id. Raises WorkloadExists for a duplicate.
-
-    Through ``queuemgr_submit`` (migration 0010), the one way into the table for
-    every submitter: a tenant has no INSERT of its own, and the function checks
-    its namespace grant, its LocalQueue and the shape of the pod sets. It
-    notifies the scheduler in this transaction.
-    """
-    try:
-        with atomic(conn):
-            wid = conn.execute(
-                _SUBMIT,
-                {
-                    "ns": w.namespace,
-                    "name": w.name,
-                    "queue": w.queue,
-                    "priority": w.priority,
-                    "created": codec.timestamp(w.created_at),
-                    "max_runtime": w.max_runtime,
-                    "pod_sets": json.dumps([codec.pod_set(ps) for ps in w.pod_sets]),
-                },
-            ).scalar_one()
-    except IntegrityError as exc:
-        raise WorkloadExists(f"workload {w.id} already exists") from exc
-    return int(wid)
-
-
-_SUBMIT = text(
-    "SELECT queuemgr_submit(:ns, :name, :queue, :priority, :created, :max_runtime,"
-    " CAST(:pod_sets AS jsonb))"
-)
-
-
-def cancel_workload(conn: Connection, wid: WorkloadId, *, message: str) -> bool:
-    """Finish ``wid`` as Cancelled through ``queuemgr_cancel`` (tenants have no UPDATE).
-
-    False when it had already finished. It frees its placements and notifies.
-    """
-    ns, _, name = wid.partition("/")
-    done = conn.execute(
-        text("SELECT queuemgr_cancel(:ns, :name, :why)"), {"ns": ns, "name": name, "why": message}
-    ).scalar_one()
-    return bool(done)

@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 from tests.integration.promserver import (
     KEY_PANELS,
     Prom,

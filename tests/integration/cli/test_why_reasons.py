@@ -24,7 +24,7 @@ from queuemgr.core.model import WorkloadId
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store.leadership import record_leader
-from queuemgr.store.notify import requeue_workload
+from queuemgr.store.transitions import requeue_workload
 from tests.integration.cli.conftest import Invoke
 from tests.integration.service.helpers import make_loop, run_one_cycle
 

@@ -26,7 +26,6 @@ from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
 from queuemgr.k8s.webhook import AdmissionHandler
 from queuemgr.service.k8s_directory import StoreQueueDirectory
 from queuemgr.store import decisions as store_decisions
-from queuemgr.store import workloads as store
 from queuemgr.store.config import (
     upsert_cluster_queue,
     upsert_flavor,
@@ -35,6 +34,7 @@ from queuemgr.store.config import (
 )
 from queuemgr.store.database import create_engine
 from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import submit_workload
 from tests.unit.k8s.helpers import manifest
 from tests.unit.k8s.test_webhook import review
 
@@ -110,7 +110,7 @@ def directories(engine: Engine) -> tuple[StoreQueueDirectory, InMemoryDirectory]
         for lq in LOCAL_QUEUES:
             upsert_local_queue(conn, lq, actor="test:k8s")
         workload = job_for(_tolerant_job()).workload(created_at=1_700_000_000.0)
-        store.insert_workload(conn, workload)
+        submit_workload(conn, workload)
     decisions = schedule(load_state(engine).snapshot(), 1_700_000_001.0)
     assert [a.workload.name for a in decisions.admitted] == ["pretrain"]
     with engine.begin() as conn:

@@ -28,7 +28,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.core.resources import ResourceName
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 
 GPU = ResourceName("nvidia.com/gpu")
 CPU = ResourceName("cpu")

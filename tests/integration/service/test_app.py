@@ -21,7 +21,7 @@ from queuemgr.service.config import ConfigError, load_config
 from queuemgr.service.simulated import load_cluster_file
 from queuemgr.store.config import load_config as load_store_config
 from queuemgr.store.leadership import LeaderSettings, leader_settings
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 from tests.integration.service.helpers import states, wait_for
 from tests.integration.store.helpers import gang
 

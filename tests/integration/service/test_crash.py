@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.core.model import Workload
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 from tests.integration.service.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,

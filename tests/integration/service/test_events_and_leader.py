@@ -24,8 +24,8 @@ from queuemgr.store.leadership import (
     renew,
     try_acquire,
 )
-from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import submit_workload
 from tests.integration.service.helpers import make_loop, placements, states, wait_for
 from tests.integration.store.helpers import gang, seed_config
 

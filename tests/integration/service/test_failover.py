@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.store.leadership import holder_pid
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 from tests.integration.service.helpers import states, wait_for
 from tests.integration.service.processes import (
     ServeProcess,

@@ -17,8 +17,7 @@ from queuemgr.service.loop import SERVICE_POLICY
 from queuemgr.store import codec
 from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.leadership import NotLeader, holder_pid
-from queuemgr.store.notify import finish_workload, submit_workload
-from queuemgr.store.transitions import evict
+from queuemgr.store.transitions import evict, finish_workload, submit_workload
 from tests.integration.service.helpers import make_loop, placements, states
 from tests.integration.store.helpers import CQ, GPU, gang, job, seed_config, seed_lenders
 

@@ -58,7 +58,7 @@ from queuemgr.sim.engine import Engine as SimEngine
 from queuemgr.sim.engine import Event
 from queuemgr.spec.scenario import Scenario, SimWorkload, load_scenario
 from queuemgr.store.config import load_config
-from queuemgr.store.notify import submit_workload
+from queuemgr.store.transitions import submit_workload
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,13 @@ from queuemgr.store.config import upsert_node
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
-from queuemgr.store.transitions import evict, finish_many, mark_finished, requeue
+from queuemgr.store.transitions import (
+    evict,
+    finish_many,
+    finish_workload,
+    requeue_workload,
+    submit_workload,
+)
 from tests.integration.store.helpers import NODES, job, seed_lenders
 from tests.integration.store.test_mirror import _same
 
@@ -40,7 +46,7 @@ X0, MINE = WorkloadId("borrower/x0"), WorkloadId("owner/mine")
 def _submit(engine: Engine, *jobs: tuple[str, str]) -> None:
     with engine.begin() as conn:
         for i, (ns, name) in enumerate(jobs):
-            store.insert_workload(conn, job(ns, name, NOW + i))
+            submit_workload(conn, job(ns, name, NOW + i))
 
 
 def _commit(
@@ -113,7 +119,7 @@ def test_a_claim_is_stored_with_the_eviction_and_loaded_into_the_snapshot(
 def test_the_admission_on_the_claim_clears_it_and_a_requeue_backs_off(engine: Engine) -> None:
     _preempted(engine)
     with engine.begin() as conn:
-        until = requeue(conn, X0, now=NOW + 20, backoff=POLICY.requeue_delay)
+        until = requeue_workload(conn, X0, now=NOW + 20, backoff=POLICY.requeue_delay)
     assert until == NOW + 80
     assert _column(engine, X0, "requeue_at").timestamp() == NOW + 80  # type: ignore[attr-defined]
     message = _column(engine, X0, "message")
@@ -150,14 +156,14 @@ def test_the_backoff_doubles_with_each_preemption_and_other_evictions_do_not_cou
         _commit(engine, load_state(engine, now=now), now)  # admits x0 again
         with engine.begin() as conn:
             evict(conn, X0, now=now, reason="Preempted", preempted=preempted)
-            until = requeue(conn, X0, now=now, backoff=POLICY.requeue_delay)
+            until = requeue_workload(conn, X0, now=now, backoff=POLICY.requeue_delay)
         assert _column(engine, X0, "evictions") == n
         assert until == now + POLICY.requeue_delay(n) == now + 60 * 2 ** (n - 1)
         now = until
     _commit(engine, load_state(engine, now=now), now)
     with engine.begin() as conn:  # a requeue without backoff (readiness): pending at once
         evict(conn, X0, now=now, reason="PodsReadyTimeout", preempted=False)
-        assert requeue(conn, X0, now=now) is None
+        assert requeue_workload(conn, X0, now=now) is None
     assert _column(engine, X0, "requeue_at") is None
     assert _column(engine, X0, "message") == ""
     assert load_state(engine, now=now).pending[0].evictions == 3
@@ -177,7 +183,7 @@ def test_a_claim_whose_room_is_gone_is_released(engine: Engine) -> None:
 def test_cancelling_a_claimant_ends_its_claim(engine: Engine) -> None:
     _preempted(engine)
     with engine.begin() as conn:
-        mark_finished(conn, MINE, now=NOW + 12, reason="Cancelled")
+        finish_workload(conn, MINE, now=NOW + 12, reason="Cancelled")
     assert _column(engine, MINE, "claim") is None
     assert not load_state(engine, now=NOW + 13).claims
 
@@ -191,7 +197,7 @@ def test_a_claim_for_a_preemptor_gone_meanwhile_rolls_the_cycle_back(engine: Eng
     decisions = schedule(state.snapshot(), NOW + 11)
     assert decisions.claims
     with engine.begin() as conn:  # cancelled between the snapshot and the commit
-        mark_finished(conn, MINE, now=NOW + 11, reason="Cancelled")
+        finish_workload(conn, MINE, now=NOW + 11, reason="Cancelled")
     before = _column(engine, "solo/s", "version")
     with engine.begin() as conn, pytest.raises(store.StateConflict, match="owner/mine"):
         store_decisions.persist_decisions(conn, decisions, now=NOW + 11, previous=state.statuses)
@@ -230,13 +236,13 @@ def test_the_mirror_agrees_with_load_state_through_claims_and_backoff(engine: En
     assert set(state.claims) == {MINE} and state.stopping == {X0}
     assert not cycle(NOW + 12).admitted  # x0 still stopping: mine waits on its claim
     with engine.begin() as conn:
-        requeue(conn, X0, now=NOW + 13, backoff=POLICY.requeue_delay)
+        requeue_workload(conn, X0, now=NOW + 13, backoff=POLICY.requeue_delay)
     state = same(NOW + 13)
     assert state.backing_off == {X0: NOW + 73} and not state.stopping
     assert [a.workload.id for a in cycle(NOW + 14).admitted] == [MINE]
     assert not same(NOW + 14).claims
     with engine.begin() as conn:
-        mark_finished(conn, MINE, now=NOW + 15)
+        finish_workload(conn, MINE, now=NOW + 15)
     assert not same(NOW + 72.5).pending  # still backing off
     state = same(NOW + 73)  # due: pending from this refresh on, no row read again
     assert [w.id for w in state.pending] == [X0] and mirror.rows_read == 0
@@ -264,7 +270,7 @@ def test_an_eviction_sets_when_the_workload_waits_from_and_every_reader_sees_it(
     for evicted_at, preempted in ((now + 5, True), (now + 500, False)):
         with engine.begin() as conn:
             evict(conn, X0, now=evicted_at, reason="Preempted", preempted=preempted)
-            requeue(conn, X0, now=evicted_at)
+            requeue_workload(conn, X0, now=evicted_at)
         for state in (load_state(engine, now=evicted_at), mirror.refresh(engine, now=evicted_at)):
             (w,) = state.pending
             assert (w.queued_at, w.queued_since, w.created_at) == (

@@ -29,8 +29,7 @@ from queuemgr.store.config import (
 )
 from queuemgr.store.decisions import persist_decisions
 from queuemgr.store.repository import load_state
-from queuemgr.store.transitions import mark_finished
-from queuemgr.store.workloads import insert_workload
+from queuemgr.store.transitions import finish_workload, submit_workload
 from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
 
 pytestmark = pytest.mark.integration
@@ -165,7 +164,7 @@ def test_a_stopped_queue_admits_nothing_but_keeps_its_config(engine: Engine) -> 
     seed_config(engine)
     with engine.begin() as conn:
         upsert_cluster_queue(conn, CQ, actor="os:bob", stopped=True)
-        insert_workload(conn, gang("a"))
+        submit_workload(conn, gang("a"))
     state = load_state(engine)
     assert state.stopped == {CQ.name} and CQ.name in state.config.cluster_queues
     assert state.pending == ()
@@ -182,7 +181,7 @@ def test_a_gone_node_is_deleted_once_nothing_runs_on_it_and_held_unschedulable_u
 ) -> None:
     seed_config(engine)  # node-0 and node-1, 8 GPUs each
     with engine.begin() as conn:
-        insert_workload(conn, gang("runs", pods=2))  # one pod on each node
+        submit_workload(conn, gang("runs", pods=2))  # one pod on each node
     before = load_state(engine)
     decisions = schedule(before.snapshot(), 1_700_000_100.0)
     placed = {p.node for a in decisions.admitted for p in a.admission.placements}
@@ -202,7 +201,7 @@ def test_a_gone_node_is_deleted_once_nothing_runs_on_it_and_held_unschedulable_u
 
     wid = decisions.admitted[0].workload.id
     with engine.begin() as conn:
-        mark_finished(conn, wid, now=1_700_000_200.0)
+        finish_workload(conn, wid, now=1_700_000_200.0)
     # node-1 came back meanwhile (the job sync re-upserts it); node-0 did not.
     with engine.begin() as conn:
         assert retire_nodes(conn, {"node-1"}, actor="test") == (["node-0"], [])

@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.store.notify import submit_workload
 from queuemgr.store.repository import load_state
+from queuemgr.store.transitions import submit_workload
 from queuemgr.store.usage import sample_usage
 from tests.integration.service.helpers import run_one_cycle
 from tests.integration.store.helpers import gang, seed_config

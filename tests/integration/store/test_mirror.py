@@ -11,12 +11,16 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import decisions as store_decisions
-from queuemgr.store import workloads as store
 from queuemgr.store.config import upsert_cluster_queue
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
-from queuemgr.store.transitions import evict, mark_finished, requeue
+from queuemgr.store.transitions import (
+    evict,
+    finish_workload,
+    requeue_workload,
+    submit_workload,
+)
 from tests.integration.store.helpers import CQ, gang, seed_config
 
 pytestmark = pytest.mark.integration
@@ -70,7 +74,7 @@ def _same(mirrored: StoredState, loaded: StoredState) -> None:
 def _submit(engine: Engine, *names: str, pods: int = 1) -> None:
     with engine.begin() as conn:
         for i, name in enumerate(names):
-            store.insert_workload(conn, gang(name, pods=pods, created_at=NOW + i))
+            submit_workload(conn, gang(name, pods=pods, created_at=NOW + i))
 
 
 def _cycle(engine: Engine, mirror: StateMirror, now: float) -> store_decisions.Persisted:
@@ -102,7 +106,7 @@ def test_refresh_equals_a_full_load_and_reads_only_what_changed(engine: Engine) 
     assert mirror.rows_read == 0
 
     with engine.begin() as conn:  # the cluster reports a finish: another writer's change
-        mark_finished(conn, WorkloadId("team-a/a"), now=NOW + 12)
+        finish_workload(conn, WorkloadId("team-a/a"), now=NOW + 12)
     _same(mirror.refresh(engine), load_state(engine))
     assert mirror.rows_read == 0  # a finished row leaves; nothing to read
     _cycle(engine, mirror, NOW + 13)  # c takes a's place
@@ -122,7 +126,7 @@ def test_a_write_by_someone_else_in_between_is_read_again(engine: Engine) -> Non
             conn, decisions, now=NOW + 10, previous=state.statuses
         )
     with engine.begin() as conn:  # after the cycle's commit, before the mirror folds it in
-        mark_finished(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Cancelled")
+        finish_workload(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Cancelled")
     mirror.committed(decisions, done, now=NOW + 10)
     _same(mirror.refresh(engine), load_state(engine))
     assert [a.workload.name for a in load_state(engine).admitted] == ["b"]
@@ -137,7 +141,7 @@ def test_evictions_requeues_and_config_changes(engine: Engine) -> None:
         evict(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Preempted")
     _same(mirror.refresh(engine), load_state(engine))
     with engine.begin() as conn:
-        requeue(conn, WorkloadId("team-a/a"), now=NOW + 12)
+        requeue_workload(conn, WorkloadId("team-a/a"), now=NOW + 12)
     _same(mirror.refresh(engine), load_state(engine))
     assert mirror.rows_read == 1
     assert mirror.unjudged() == {"team-a/a"}  # reason "Requeued": no verdict yet

@@ -13,9 +13,8 @@ from sqlalchemy import Engine
 
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import WorkloadId
-from queuemgr.store import workloads as store
 from queuemgr.store.repository import load_state
-from queuemgr.store.transitions import evict, finish_many, requeue
+from queuemgr.store.transitions import evict, finish_many, requeue_workload, submit_workload
 from tests.integration.store.helpers import job, seed_lenders
 from tests.integration.store.test_claims import _column, _commit
 
@@ -41,11 +40,11 @@ def requeued(engine: Engine) -> Engine:
     """x0 ran from FIRST, was preempted at NOW + 20 and is pending again."""
     seed_lenders(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, job("borrower", "x0", NOW))
+        submit_workload(conn, job("borrower", "x0", NOW))
     _admit(engine, FIRST)
     with engine.begin() as conn:
         evict(conn, X0, now=NOW + 20, reason="Preempted")
-        requeue(conn, X0, now=NOW + 21)
+        requeue_workload(conn, X0, now=NOW + 21)
     return engine
 
 
@@ -75,7 +74,7 @@ def test_an_end_naming_no_admission_finishes_the_current_run(requeued: Engine) -
 def test_a_run_that_ended_while_its_stop_was_on_the_way_is_finished(engine: Engine) -> None:
     seed_lenders(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, job("borrower", "x0", NOW))
+        submit_workload(conn, job("borrower", "x0", NOW))
     _admit(engine, FIRST)
     with engine.begin() as conn:
         evict(conn, X0, now=NOW + 20, reason="Preempted")

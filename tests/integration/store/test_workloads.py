@@ -10,13 +10,21 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
-from queuemgr.core.lifecycle import WorkloadState
+from queuemgr.core.lifecycle import IllegalTransition, RunEnd, WorkloadState
 from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, WorkloadId
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.repository import load_state
-from queuemgr.store.transitions import evict, mark_finished, requeue
+from queuemgr.store.transitions import (
+    _move,
+    cancel_workload,
+    evict,
+    finish_many,
+    finish_workload,
+    requeue_workload,
+    submit_workload,
+)
 from tests.integration.store.helpers import CQ, MEM, gang, seed_config
 
 pytestmark = pytest.mark.integration
@@ -39,8 +47,8 @@ def test_insert_and_load_round_trip_exactly(engine: Engine) -> None:
         gang("huge"), max_runtime=3600.25, priority=-3, created_at=1_700_000_000.123456
     )
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
-        store.insert_workload(conn, huge)
+        submit_workload(conn, gang("a"))
+        submit_workload(conn, huge)
     state = load_state(engine)
     assert {w.id: w for w in state.pending} == {w.id: w for w in (gang("a"), huge)}
     loaded = next(w for w in state.pending if w.name == "huge")
@@ -62,8 +70,8 @@ def test_topology_and_min_count_survive_the_store(engine: Engine) -> None:
         ),
     )
     with engine.begin() as conn:
-        store.insert_workload(conn, packed)
-        store.insert_workload(conn, spread)
+        submit_workload(conn, packed)
+        submit_workload(conn, spread)
     loaded = {w.name: w for w in load_state(engine).pending}
     assert loaded["packed"].pod_sets == packed.pod_sets
     assert loaded["spread"].pod_sets == spread.pod_sets
@@ -72,16 +80,16 @@ def test_topology_and_min_count_survive_the_store(engine: Engine) -> None:
 
 def test_duplicate_workload_is_refused(engine: Engine) -> None:
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
+        submit_workload(conn, gang("a"))
     with pytest.raises(store.WorkloadExists), engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
+        submit_workload(conn, gang("a"))
 
 
 def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> None:
     seed_config(engine)
     with engine.begin() as conn:
         for name, pods in (("fits", 2), ("waits", 2)):
-            store.insert_workload(conn, gang(name, pods=pods))
+            submit_workload(conn, gang(name, pods=pods))
     before = load_state(engine)
     decisions = schedule(before.snapshot(), NOW)
     assert [a.workload.name for a in decisions.admitted] == ["fits"]
@@ -104,7 +112,7 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
 def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
     seed_config(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("too-big", pods=4))  # 32 GPUs > 16 + 8
+        submit_workload(conn, gang("too-big", pods=4))  # 32 GPUs > 16 + 8
     state = load_state(engine)
     decisions = schedule(state.snapshot(), NOW)
     assert decisions.pending[WorkloadId("team-a/too-big")].reason is PendingReason.INADMISSIBLE
@@ -117,8 +125,8 @@ def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
 def test_decisions_are_all_or_nothing(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     seed_config(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
-        store.insert_workload(conn, gang("b", pods=3))
+        submit_workload(conn, gang("a"))
+        submit_workload(conn, gang("b", pods=3))
     state = load_state(engine)
     decisions = schedule(state.snapshot(), NOW)
     snapshot_before = _states(engine)
@@ -153,7 +161,7 @@ def test_a_workload_is_never_admitted_twice(engine: Engine) -> None:
     """Two schedulers decide on the same snapshot; the second commit must fail whole."""
     seed_config(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
+        submit_workload(conn, gang("a"))
     state = load_state(engine)
     decisions = schedule(state.snapshot(), NOW)
     first = engine.connect()
@@ -184,22 +192,87 @@ def test_a_workload_is_never_admitted_twice(engine: Engine) -> None:
 def test_finish_evict_requeue_free_placements(engine: Engine) -> None:
     seed_config(engine)
     with engine.begin() as conn:
-        store.insert_workload(conn, gang("a"))
-        store.insert_workload(conn, gang("b"))
+        submit_workload(conn, gang("a"))
+        submit_workload(conn, gang("b"))
     decisions = schedule(load_state(engine).snapshot(), NOW)
     with engine.begin() as conn:
         store_decisions.persist_decisions(conn, decisions, now=NOW)
     assert _placements(engine) == 2
     a, b = WorkloadId("team-a/a"), WorkloadId("team-a/b")
     with engine.begin() as conn:
-        mark_finished(conn, a, now=NOW + 10)
+        finish_workload(conn, a, now=NOW + 10)
         evict(conn, b, now=NOW + 10, reason="Preempted")
     assert _placements(engine) == 0
     assert {k: v[0] for k, v in _states(engine).items()} == {"a": "Finished", "b": "Evicted"}
     with pytest.raises(store.StateConflict), engine.begin() as conn:
-        mark_finished(conn, a, now=NOW + 11)  # already finished
+        finish_workload(conn, a, now=NOW + 11)  # already finished
     with engine.begin() as conn:
-        requeue(conn, b, now=NOW + 12)
+        requeue_workload(conn, b, now=NOW + 12)
     state = load_state(engine)
     assert [w.name for w in state.pending] == ["b"] and state.admitted == ()
     assert state.statuses[b][0] is WorkloadState.PENDING
+
+
+def _heard(listener: sa.Connection) -> list[str]:
+    """The payloads delivered to ``listener`` so far (psycopg 3's notifies)."""
+    raw = listener.connection.driver_connection
+    assert raw is not None
+    return [n.payload for n in raw.notifies(timeout=0.5, stop_after=None)]
+
+
+@pytest.mark.parametrize(
+    ("move", "heard"),
+    [
+        ("finish", ["finished"]),
+        ("finish-run", ["finished"]),
+        ("evict", ["evicted"]),
+        ("evict-then-requeue", ["evicted", "requeued"]),
+        ("cancel", ["finished"]),
+    ],
+    ids=["finish", "finish-run", "evict", "evict-then-requeue", "cancel"],
+)
+def test_every_move_wakes_the_scheduler_by_itself_and_only_once_committed(
+    engine: Engine, move: str, heard: list[str]
+) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        submit_workload(conn, gang("a"))
+    with engine.begin() as conn:
+        store_decisions.persist_decisions(
+            conn, schedule(load_state(engine).snapshot(), NOW), now=NOW
+        )
+    a = WorkloadId("team-a/a")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as listener:
+        listener.execute(sa.text("LISTEN queuemgr"))
+        for commit in (False, True):  # rolled back first: nothing may be heard
+            conn = engine.connect()
+            with conn.begin() as tx:
+                if move == "finish":
+                    finish_workload(conn, a, now=NOW + 1)
+                elif move == "finish-run":
+                    ends = [RunEnd(workload=a, admitted_at=NOW)]
+                    assert finish_many(conn, ends, now=NOW + 1) == [a]
+                elif move == "cancel":
+                    assert cancel_workload(conn, a, message="by test")
+                else:
+                    evict(conn, a, now=NOW + 1, reason="Preempted")
+                    if move == "evict-then-requeue":
+                        requeue_workload(conn, a, now=NOW + 2)
+                if not commit:
+                    tx.rollback()
+            conn.close()
+            assert sorted(set(_heard(listener))) == (sorted(heard) if commit else [])
+
+
+def test_a_move_the_core_forbids_raises_before_any_sql() -> None:
+    """Each move's source states are checked against core.lifecycle's table."""
+    with pytest.raises(IllegalTransition, match="from Finished to Pending"):
+        _move(
+            None,  # type: ignore[arg-type]  # no SQL may run: there is no connection
+            WorkloadId("team-a/a"),
+            to=WorkloadState.PENDING,
+            sources=(WorkloadState.EVICTED, WorkloadState.FINISHED),
+            reason="Requeued",
+            message="",
+            now=NOW,
+        )
