@@ -4,8 +4,10 @@ Why it exists: the simulator, the store and the service all move workloads
 between states; one table of legal moves keeps them from disagreeing.
 
 What must stay true: ``Pending -> Admitted -> Finished``,
-``Admitted -> Evicted -> Pending``, and ``Pending <-> Inadmissible`` are the
-only moves (plus cancelling a workload that has not finished); every state
+``Admitted -> Evicted -> Pending``, ``Pending <-> Inadmissible`` and
+``Inadmissible -> Admitted`` (a cycle admits it as soon as a change lets it
+fit) are the only moves (plus cancelling a workload that has not finished);
+the store checks every move it makes against this table; every state
 carries a reason, and no workload is ever dropped by a transition. A run's
 end names the admission it ends (:class:`RunEnd`), so an end reported late
 (by a paused leader, or for a run since evicted) never finishes a later run.
@@ -31,7 +33,10 @@ _ALLOWED: dict[WorkloadState, frozenset[WorkloadState]] = {
     WorkloadState.PENDING: frozenset(
         {WorkloadState.ADMITTED, WorkloadState.INADMISSIBLE, WorkloadState.FINISHED}
     ),
-    WorkloadState.INADMISSIBLE: frozenset({WorkloadState.PENDING, WorkloadState.FINISHED}),
+    # A cycle may admit an Inadmissible workload at once, when a change let it fit.
+    WorkloadState.INADMISSIBLE: frozenset(
+        {WorkloadState.PENDING, WorkloadState.ADMITTED, WorkloadState.FINISHED}
+    ),
     WorkloadState.ADMITTED: frozenset({WorkloadState.FINISHED, WorkloadState.EVICTED}),
     WorkloadState.EVICTED: frozenset({WorkloadState.PENDING, WorkloadState.FINISHED}),
     WorkloadState.FINISHED: frozenset(),

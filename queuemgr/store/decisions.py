@@ -25,6 +25,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 from queuemgr.store.live import Status
+from queuemgr.store.transitions import legal_sources
 from queuemgr.store.workloads import StateConflict, atomic
 
 # One statement per kind of write, whatever the number of workloads: arrays
@@ -37,9 +38,12 @@ SET state = 'Admitted', reason = 'Admitted', message = '', state_since = :now,
 FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:cqs AS text[]),
             CAST(:flavors AS text[]), CAST(:borrowing AS boolean[]))
      AS d(ns, name, cq, flavor, borrowing)
-WHERE w.namespace = d.ns AND w.name = d.name AND w.state IN ('Pending', 'Inadmissible')
+WHERE w.namespace = d.ns AND w.name = d.name
+  AND w.state = ANY(CAST(:sources AS workload_state[]))
 RETURNING w.id, w.namespace, w.name, w.version
 """)
+# The states an admission leaves, checked against core.lifecycle as every move's are.
+_QUEUED = legal_sources(WorkloadState.ADMITTED, (WorkloadState.PENDING, WorkloadState.INADMISSIBLE))
 
 _PLACE = text("""
 INSERT INTO placements (workload_id, pod_set, node, count)
@@ -194,6 +198,7 @@ def _admit(
             "cqs": [str(a.cluster_queue) for a in adm],
             "flavors": [str(a.flavor) for a in adm],
             "borrowing": [a.borrowing for a in adm],
+            "sources": _QUEUED,
         },
     ).all()
     row_ids: dict[str, int] = {}

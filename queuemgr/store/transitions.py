@@ -44,7 +44,7 @@ from queuemgr.store.notify import notify
 from queuemgr.store.workloads import StateConflict, WorkloadExists, atomic
 
 
-def _legal(to: WorkloadState, sources: Sequence[WorkloadState]) -> list[str]:
+def legal_sources(to: WorkloadState, sources: Sequence[WorkloadState]) -> list[str]:
     """The states a move leaves, as SQL values, once the core's table allows each of them."""
     for s in sources:
         if not can_move(s, to):
@@ -155,7 +155,7 @@ def _move(
     extra: str = "",
     params: dict[str, object] | None = None,
 ) -> None:
-    states = _legal(to, sources)
+    states = legal_sources(to, sources)
     ns, _, name = wid.partition("/")
     with atomic(conn):
         row = conn.execute(
@@ -304,7 +304,7 @@ RETURNING w.id, w.namespace, w.name
 
 
 # A run's end finishes a workload Admitted, or being evicted (its stop was on the way).
-_RUNNING = _legal(WorkloadState.FINISHED, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
+_RUNNING = legal_sources(WorkloadState.FINISHED, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
 
 
 def finish_many(

@@ -21,6 +21,7 @@ ALLOWED: set[tuple[WorkloadState, WorkloadState]] = {
     (S.PENDING, S.INADMISSIBLE),
     (S.PENDING, S.FINISHED),
     (S.INADMISSIBLE, S.PENDING),
+    (S.INADMISSIBLE, S.ADMITTED),  # a cycle admits it once a change made it fit
     (S.INADMISSIBLE, S.FINISHED),
     (S.ADMITTED, S.FINISHED),
     (S.ADMITTED, S.EVICTED),
