@@ -6,9 +6,9 @@ from importlib import resources
 
 import pytest
 
+from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.core.resources import GPU
 from queuemgr.service.burst import MIN_JOBS, QUEUE, TENANTS, horizon, plan
-from queuemgr.service.simulated import load_cluster_file
 
 
 def test_the_same_seed_gives_the_same_burst() -> None:
