@@ -1,8 +1,8 @@
 """``queuemgr demo``: the real service on a simulated four-node cluster, watched live.
 
 Why it exists: it is the first command to run on a fresh machine. It needs
-nothing but the package: :mod:`queuemgr.service.demo_database` prepares a
-database, :mod:`queuemgr.service.demo` runs the service and submits a seeded
+nothing but the package: :mod:`queuemgr.demo.demo_database` prepares a
+database, :mod:`queuemgr.demo.run` runs the service and submits a seeded
 burst; this module only parses the options, draws what the database shows (a
 ``rich`` live view, or one line per event when stdout is not a terminal) and
 prints the summary.
@@ -40,10 +40,10 @@ from rich.text import Text
 
 from queuemgr.cli.errors import BadInput, CliError, handled
 from queuemgr.cli.output import print_table
-from queuemgr.service.burst import MIN_JOBS
-from queuemgr.service.demo import Demo
-from queuemgr.service.demo_database import DemoDatabase, DemoError, prepare_database
-from queuemgr.service.demo_figures import Event, Frame, QueueLine, Summary
+from queuemgr.demo.burst import MIN_JOBS
+from queuemgr.demo.demo_database import DemoDatabase, DemoError, prepare_database
+from queuemgr.demo.demo_figures import Event, Frame, QueueLine, Summary
+from queuemgr.demo.run import Demo
 from queuemgr.store.embedded import EmbeddedPostgresError
 from queuemgr.store.migrate import MigrationError
 

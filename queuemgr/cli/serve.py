@@ -19,9 +19,9 @@ from types import FrameType
 
 import click
 
+from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.service.app import Service
 from queuemgr.service.config import load_config
-from queuemgr.service.simulated import load_cluster_file
 from queuemgr.spec.checks import InputError
 from queuemgr.store.database import DatabaseError
 

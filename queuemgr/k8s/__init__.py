@@ -10,11 +10,11 @@ watch, resuming from ``resourceVersion``), :mod:`queuemgr.k8s.cluster` (the
 watched jobs, pods, nodes and namespaces), :mod:`queuemgr.k8s.jobapi` (each
 kind's calls), :mod:`queuemgr.k8s.jobstatus` and :mod:`queuemgr.k8s.events`
 (what a job shows), :mod:`queuemgr.k8s.apiclient` (the rate-limited client);
-the service joins them to the store. See docs/kubernetes.md.
+:mod:`queuemgr.controller` joins them to the store. See docs/kubernetes.md.
 
 What must stay true: this package imports only :mod:`queuemgr.core` and
-third-party libraries (``kubernetes``, ``cryptography``), never the store or
-the service; what it needs from the store comes through the narrow port in
+third-party libraries (``kubernetes``, ``cryptography``), never the store,
+the controller or the service; what it needs from the store comes through the narrow port in
 :mod:`queuemgr.k8s.directory`. Jobs are read from and patched as plain dicts,
 as the dynamic client and AdmissionReview deliver them.
 """

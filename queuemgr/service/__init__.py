@@ -1,6 +1,9 @@
 """The ``queuemgr serve`` admission service: the composition root around the pure core.
 
-Layering: ``service`` imports ``core``, ``store``, ``metrics`` and ``sim`` (for
-parsing cluster files and scheduler knobs); only ``cli`` imports ``service``.
-:mod:`queuemgr.service.app` is the one place that picks concrete adapters.
+Layering: ``service`` imports ``controller`` (the loop, its backends, the
+Kubernetes controller and the webhook), ``core``, ``store``, ``metrics`` and
+``sim``; only ``demo`` and ``cli`` import ``service``. It holds nothing but
+the wiring: the configuration file (:mod:`queuemgr.service.config`), the
+health and metrics endpoint (:mod:`queuemgr.service.http`) and
+:mod:`queuemgr.service.app`, the one place that picks concrete adapters.
 """

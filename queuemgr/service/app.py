@@ -21,20 +21,20 @@ import threading
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuemgr.controller.kube_controller import KubeController
+from queuemgr.controller.leader import LeaderElector
+from queuemgr.controller.listener import NotifyListener
+from queuemgr.controller.loop import SchedulerLoop
+from queuemgr.controller.ports import Clock, ClusterBackend, SystemClock
+from queuemgr.controller.simulated import SimulatedBackend, load_cluster_file
+from queuemgr.controller.ticker import Ticker
+from queuemgr.controller.webhook import AdmissionWebhook
 from queuemgr.core.model import Node
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.tally import PreemptionTally
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.config import ServiceConfig
 from queuemgr.service.http import HttpServer
-from queuemgr.service.kube_controller import KubeController
-from queuemgr.service.leader import LeaderElector
-from queuemgr.service.listener import NotifyListener
-from queuemgr.service.loop import SchedulerLoop
-from queuemgr.service.ports import Clock, ClusterBackend, SystemClock
-from queuemgr.service.simulated import SimulatedBackend, load_cluster_file
-from queuemgr.service.ticker import Ticker
-from queuemgr.service.webhook import AdmissionWebhook
 from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store import config as store_config
 from queuemgr.store.database import (

@@ -9,5 +9,6 @@ everywhere.
 
 What must stay true: it builds ``queuemgr.core`` values and decides nothing about
 scheduling; it reads files only when handed a path, and imports no adapter
-(store, k8s, metrics), the simulator, the service or the CLI (``.importlinter``).
+(store, k8s, metrics), the simulator, the controller, the service, the demo or
+the CLI (``.importlinter``).
 """

@@ -1,7 +1,8 @@
 """The Postgres system of record: schema, migrations, embedded server and repositories.
 
 Layering: ``store`` imports ``core`` and third-party database packages, never
-``sim``, ``k8s``, ``metrics`` or ``service`` (``.importlinter`` checks it).
+``sim``, ``k8s``, ``metrics``, ``controller``, ``service`` or ``demo``
+(``.importlinter`` checks it).
 Entry points: :func:`queuemgr.store.database.resolve_url` picks the database,
 :mod:`queuemgr.store.migrate` migrates it, :mod:`queuemgr.store.config` and
 :mod:`queuemgr.store.workloads`, :mod:`queuemgr.store.decisions` and

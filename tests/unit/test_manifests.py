@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from queuemgr.cli.apply import load_queues_file
+from queuemgr.controller.webhook_config import WebhookConfig, load_webhook_config
 from queuemgr.core.model import Node, NodeName
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.certs import service_dns_names
@@ -30,7 +31,6 @@ from queuemgr.k8s.rules import WebhookSettings, queue_problems
 from queuemgr.k8s.selectors import LabelSelector
 from queuemgr.k8s.webhookconfig import service_client_config, webhook_configurations
 from queuemgr.service.config import BACKENDS, load_config
-from queuemgr.service.webhook_config import WebhookConfig, load_webhook_config
 from tests.controlplane import build
 
 ROOT = Path(__file__).resolve().parents[2]

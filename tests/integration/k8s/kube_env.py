@@ -23,6 +23,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine, text
 
+from queuemgr.controller.k8s_directory import StoreQueueDirectory
+from queuemgr.controller.kube_config import KubernetesSettings, PodsReadySettings
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
@@ -46,8 +48,6 @@ from queuemgr.k8s.webhook import AdmissionHandler
 from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
 from queuemgr.service.app import Service
 from queuemgr.service.config import ServiceConfig
-from queuemgr.service.k8s_directory import StoreQueueDirectory
-from queuemgr.service.kube_config import KubernetesSettings, PodsReadySettings
 from queuemgr.store import config as store_config
 from tests.controlplane.harness import ControlPlane, add_gpu_node, set_pod_phase, wait_for
 

@@ -19,9 +19,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import text
 
+from queuemgr.controller.kube_config import PodsReadySettings
+from queuemgr.controller.kube_readiness import REQUEUE_COUNT
 from queuemgr.k8s.jobstatus import REASON_ANNOTATION
-from queuemgr.service.kube_config import PodsReadySettings
-from queuemgr.service.kube_readiness import REQUEUE_COUNT
 from tests.controlplane.harness import wait_for
 from tests.integration.k8s.kube_env import (
     FakeKubelet,

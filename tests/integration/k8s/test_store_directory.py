@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
+from queuemgr.controller.k8s_directory import StoreQueueDirectory
 from queuemgr.core.cycle import schedule
 from queuemgr.core.directory import ClusterQueueView
 from queuemgr.core.model import (
@@ -24,7 +25,6 @@ from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.fakes import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
 from queuemgr.k8s.webhook import AdmissionHandler
-from queuemgr.service.k8s_directory import StoreQueueDirectory
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store.config import (
     upsert_cluster_queue,

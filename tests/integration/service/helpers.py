@@ -8,12 +8,12 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.controller.fakes import FakeBackend
+from queuemgr.controller.leader import LeaderElector
+from queuemgr.controller.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
+from queuemgr.controller.ports import Clock, SystemClock
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.service.fakes import FakeBackend
-from queuemgr.service.leader import LeaderElector
-from queuemgr.service.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
-from queuemgr.service.ports import Clock, SystemClock
 
 
 def make_loop(

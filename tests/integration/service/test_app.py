@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from sqlalchemy import Engine
 
 from queuemgr.cli.main import main
+from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.core.model import CohortName
 from queuemgr.service import app
 from queuemgr.service.app import Service, _seed_cluster
 from queuemgr.service.config import ConfigError, load_config
-from queuemgr.service.simulated import load_cluster_file
 from queuemgr.store.config import load_config as load_store_config
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.transitions import submit_workload

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.controller.leader import REJOIN_HEARTBEATS, LeaderElector
+from queuemgr.controller.listener import NotifyListener
+from queuemgr.controller.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.core.cycle import schedule
-from queuemgr.service.leader import REJOIN_HEARTBEATS, LeaderElector
-from queuemgr.service.listener import NotifyListener
-from queuemgr.service.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.store.leadership import (
     FENCED_IDLE_TIMEOUT,
     NotLeader,

@@ -9,11 +9,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.controller.fakes import FakeClock
+from queuemgr.controller.loop import SERVICE_POLICY
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering, OverrunPolicy
 from queuemgr.metrics.pacer import GaugePacer
-from queuemgr.service.fakes import FakeClock
-from queuemgr.service.loop import SERVICE_POLICY
 from queuemgr.store import codec
 from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.leadership import NotLeader, holder_pid

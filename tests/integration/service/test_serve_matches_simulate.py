@@ -44,6 +44,9 @@ import sqlalchemy as sa
 import yaml
 from sqlalchemy import Engine
 
+from queuemgr.controller.leader import LeaderElector
+from queuemgr.controller.loop import SchedulerLoop
+from queuemgr.controller.simulated import SimulatedBackend
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.core.policy import OverrunPolicy
 from queuemgr.core.reasons import Decisions, Eviction
@@ -51,9 +54,6 @@ from queuemgr.core.snapshot import Config
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.app import _seed_cluster
 from queuemgr.service.config import ServiceConfig
-from queuemgr.service.leader import LeaderElector
-from queuemgr.service.loop import SchedulerLoop
-from queuemgr.service.simulated import SimulatedBackend
 from queuemgr.sim.engine import Engine as SimEngine
 from queuemgr.sim.engine import Event
 from queuemgr.spec.scenario import Scenario, SimWorkload, load_scenario

@@ -6,9 +6,9 @@ from importlib import resources
 
 import pytest
 
+from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.core.resources import GPU
-from queuemgr.service.burst import MIN_JOBS, QUEUE, TENANTS, horizon, plan
-from queuemgr.service.simulated import load_cluster_file
+from queuemgr.demo.burst import MIN_JOBS, QUEUE, TENANTS, horizon, plan
 
 
 def test_the_same_seed_gives_the_same_burst() -> None:
@@ -48,7 +48,7 @@ def test_team_a_borrows_the_cluster_before_the_others_reclaim_it(seed: int) -> N
 
 
 def test_every_workload_is_a_gang_with_a_runtime_that_fits_the_demo_cluster() -> None:
-    with resources.as_file(resources.files("queuemgr.service") / "demo_cluster.yaml") as path:
+    with resources.as_file(resources.files("queuemgr.demo") / "demo_cluster.yaml") as path:
         config = load_cluster_file(path)
     assert {ns for ns, _ in config.local_queues} == set(TENANTS)
     assert {name for _, name in config.local_queues} == {QUEUE}

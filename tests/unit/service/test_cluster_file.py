@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from queuemgr.service.simulated import load_cluster_file
+from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.spec.scenario import ScenarioError
 
 NODES = (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from queuemgr.controller.eta import EtaTracker
 from queuemgr.core.cycle import schedule
-from queuemgr.service.eta import EtaTracker
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from queuemgr.service.ticker import Ticker
+from queuemgr.controller.ticker import Ticker
 
 
 def _count_ticks(ticker_interval: float, seconds: float) -> int:

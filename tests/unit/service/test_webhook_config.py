@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from queuemgr.cli.main import main
+from queuemgr.controller.webhook_config import WEBHOOK_ENV, WebhookConfig
 from queuemgr.k8s.selectors import LabelSelector
 from queuemgr.service.config import ConfigError, load_config
-from queuemgr.service.webhook_config import WEBHOOK_ENV, WebhookConfig
 
 
 def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> WebhookConfig:

@@ -43,6 +43,9 @@ from functools import partial
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuemgr.controller.eta import EtaTracker
+from queuemgr.controller.leader import LeaderElector
+from queuemgr.controller.ports import Clock, ClusterBackend
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import LocalQueueKey, UsageTracker, decayed
 from queuemgr.core.lifecycle import RunEnd
@@ -53,9 +56,6 @@ from queuemgr.core.resources import ResourceName, add
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.metrics.pacer import GaugePacer
-from queuemgr.service.eta import EtaTracker
-from queuemgr.service.leader import LeaderElector
-from queuemgr.service.ports import Clock, ClusterBackend
 from queuemgr.store.decisions import Persisted, persist_decisions
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror

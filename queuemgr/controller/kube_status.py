@@ -24,13 +24,13 @@ from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.controller.worker import Worker
 from queuemgr.core.reasons import Decisions, PendingStatus
 from queuemgr.k8s.apiclient import RateLimiter
 from queuemgr.k8s.cluster import ClusterWatch, JobRef
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch
 from queuemgr.k8s.patch import Patch, guard
-from queuemgr.service.worker import Worker
 
 log = logging.getLogger(__name__)
 # Verdicts recorded as Warning events (the rest are Normal).

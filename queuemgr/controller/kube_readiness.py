@@ -38,6 +38,11 @@ from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuemgr.controller.kube_backend import KubernetesBackend
+from queuemgr.controller.kube_config import PodsReadySettings
+from queuemgr.controller.leader import LeaderElector
+from queuemgr.controller.ports import BackendError, Clock
+from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import WorkloadId
 from queuemgr.k8s.cluster import ClusterWatch, pod_ready
@@ -47,11 +52,6 @@ from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Obj
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.service.kube_backend import KubernetesBackend
-from queuemgr.service.kube_config import PodsReadySettings
-from queuemgr.service.leader import LeaderElector
-from queuemgr.service.ports import BackendError, Clock
-from queuemgr.service.worker import Worker
 from queuemgr.store.jobsync import RowState, mark_pods_ready, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import HELD_REASON

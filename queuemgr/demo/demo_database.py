@@ -3,7 +3,7 @@
 Why it exists: the demo must never mix its burst with real data, and must leave
 what it wrote for the CLI to explore afterwards. :func:`prepare_database`
 chooses the database, checks or recreates it and migrates it; the run itself
-(:mod:`queuemgr.service.demo`) only receives the resulting :class:`DemoDatabase`.
+(:mod:`queuemgr.demo.run`) only receives the resulting :class:`DemoDatabase`.
 
 Which database:
 

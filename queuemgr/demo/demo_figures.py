@@ -1,7 +1,7 @@
 """What the demo shows: one read of the database as a frame, and the run's summary.
 
 Why it exists: these are the plain values the view (:mod:`queuemgr.cli.demo`)
-draws, kept apart from the run that makes them. :class:`~queuemgr.service.demo.Demo`
+draws, kept apart from the run that makes them. :class:`~queuemgr.demo.run.Demo`
 builds a :class:`Frame` at every read and a :class:`Summary` at the end;
 :func:`summarize_rows` computes the summary's per-tenant figures, span and
 utilization from workload rows alone, with no database or service at hand.

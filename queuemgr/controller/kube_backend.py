@@ -1,6 +1,6 @@
 """The ``kubernetes`` cluster backend: admitted gangs run as the jobs they came from.
 
-Why it exists: the loop speaks the :class:`~queuemgr.service.ports.ClusterBackend`
+Why it exists: the loop speaks the :class:`~queuemgr.controller.ports.ClusterBackend`
 port; on a real cluster "start" is unsuspending the job with the admission's
 node selectors (flavor labels, topology domain), the placement annotation and
 the ``queuemgr.io/workload`` label on its pod templates, and "stop" is
@@ -10,7 +10,7 @@ the watched jobs (:class:`~queuemgr.k8s.cluster.ClusterWatch`), never polled.
 
 What must stay true:
 
-- every method raises :class:`~queuemgr.service.ports.BackendError` until the
+- every method raises :class:`~queuemgr.controller.ports.BackendError` until the
   watches have listed once (an empty cache is not an empty cluster), and on
   any API error, so the loop retries;
 - ``start`` and ``stop`` are idempotent and guarded by the job's
@@ -33,6 +33,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.controller.ports import BackendError
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
 from queuemgr.k8s import manifest as m
@@ -43,7 +44,6 @@ from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import Patch, Token, guard, set_value
 from queuemgr.k8s.placement import Placement, recorded_admission
 from queuemgr.k8s.reflector import Change, Obj
-from queuemgr.service.ports import BackendError
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,8 @@ from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuemgr.controller.ports import Clock
+from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Node, Workload, WorkloadId
 from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
@@ -49,8 +51,6 @@ from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.priority import job_priority
 from queuemgr.k8s.reflector import Change, Obj, key_of
-from queuemgr.service.ports import Clock
-from queuemgr.service.worker import Worker
 from queuemgr.store import config as store_config
 from queuemgr.store.jobsync import RowState, row_states, unfinished
 from queuemgr.store.transitions import finish_workload, resubmit_workload, submit_many

@@ -21,22 +21,22 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
+from queuemgr.controller.kube_backend import KubernetesBackend
+from queuemgr.controller.kube_config import KubernetesSettings
+from queuemgr.controller.kube_readiness import PodsReadyCheck
+from queuemgr.controller.kube_status import StatusWriter
+from queuemgr.controller.kube_sync import JobSync
+from queuemgr.controller.ports import Clock
 from queuemgr.core.model import ResourceFlavor
 from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
-from queuemgr.service.kube_backend import KubernetesBackend
-from queuemgr.service.kube_config import KubernetesSettings
-from queuemgr.service.kube_readiness import PodsReadyCheck
-from queuemgr.service.kube_status import StatusWriter
-from queuemgr.service.kube_sync import JobSync
-from queuemgr.service.ports import Clock
 from queuemgr.store.jobsync import flavor
 
 if TYPE_CHECKING:
+    from queuemgr.controller.leader import LeaderElector
     from queuemgr.metrics import SchedulerMetrics
-    from queuemgr.service.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 

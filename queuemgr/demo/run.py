@@ -5,10 +5,10 @@ does: tenants borrowing idle GPUs, reclaiming them by preemption, gangs
 admitted whole. Nothing here simulates the scheduler: :class:`Demo` runs the
 composition root (:class:`~queuemgr.service.app.Service`: loop, NOTIFY, leader
 election, simulated backend) on the cluster file ``demo_cluster.yaml``,
-submits the seeded burst of :mod:`queuemgr.service.burst` on time, and reads
+submits the seeded burst of :mod:`queuemgr.demo.burst` on time, and reads
 what happened back from the database for the view and the summary
-(:mod:`queuemgr.service.demo_figures`). The database it runs on comes from
-:func:`queuemgr.service.demo_database.prepare_database`.
+(:mod:`queuemgr.demo.demo_figures`). The database it runs on comes from
+:func:`queuemgr.demo.demo_database.prepare_database`.
 
 What must stay true: the summary's counts, waits and utilization are computed
 from the workload rows (:mod:`queuemgr.store.readouts`); admissions and
@@ -36,12 +36,9 @@ from queuemgr.core.model import NodeName
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config
-from queuemgr.metrics import SchedulerMetrics
-from queuemgr.service.app import Service
-from queuemgr.service.burst import Submission, horizon, plan
-from queuemgr.service.config import ServiceConfig
-from queuemgr.service.demo_database import DemoDatabase
-from queuemgr.service.demo_figures import (
+from queuemgr.demo.burst import Submission, horizon, plan
+from queuemgr.demo.demo_database import DemoDatabase
+from queuemgr.demo.demo_figures import (
     Event,
     Frame,
     NodeLine,
@@ -49,6 +46,9 @@ from queuemgr.service.demo_figures import (
     Summary,
     summarize_rows,
 )
+from queuemgr.metrics import SchedulerMetrics
+from queuemgr.service.app import Service
+from queuemgr.service.config import ServiceConfig
 from queuemgr.store.config import load_config
 from queuemgr.store.database import create_engine
 from queuemgr.store.readouts import WorkloadProgress, workload_progress
@@ -184,13 +184,15 @@ class Demo:
         self._stopped = True
         # A cycle cut short by the shutdown warns that it lost the leader's lease:
         # expected here, and noise at the end of the demo's output.
-        quiet = logging.getLogger("queuemgr.service")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)
+        quiet = [logging.getLogger(name) for name in ("queuemgr.service", "queuemgr.controller")]
+        levels = [logger.level for logger in quiet]
+        for logger in quiet:
+            logger.setLevel(logging.ERROR)
         try:
             self.service.stop()
         finally:
-            quiet.setLevel(level)
+            for logger, level in zip(quiet, levels, strict=True):
+                logger.setLevel(level)
 
     def run(self, on_frame: Callable[[Frame], None], stop: threading.Event) -> str:
         """Submit on time and report a frame per tick until done, stopped or timed out."""

@@ -5,7 +5,7 @@ labelled job it creates, so every replica serves the webhook, the leader and
 the standbys alike (the webhook only reads the store). This module puts
 together what :mod:`queuemgr.k8s` provides for one replica, from the
 ``webhook:`` section of the configuration
-(:class:`~queuemgr.service.webhook_config.WebhookConfig`):
+(:class:`~queuemgr.controller.webhook_config.WebhookConfig`):
 
 - the certificate: a mounted TLS Secret (reloaded when cert-manager rotates
   it) or a CA and serving certificate generated at start;
@@ -33,6 +33,8 @@ from kubernetes import client
 from kubernetes import config as kube_config
 from sqlalchemy import Engine
 
+from queuemgr.controller.k8s_directory import StoreQueueDirectory
+from queuemgr.controller.webhook_config import WebhookConfig
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, trust_ca
 from queuemgr.k8s.certs import (
@@ -45,8 +47,6 @@ from queuemgr.k8s.certs import (
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.server import WebhookServer
 from queuemgr.k8s.webhook import AdmissionHandler
-from queuemgr.service.k8s_directory import StoreQueueDirectory
-from queuemgr.service.webhook_config import WebhookConfig
 
 log = logging.getLogger(__name__)
 

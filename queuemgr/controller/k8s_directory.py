@@ -2,7 +2,7 @@
 
 Why it exists: :mod:`queuemgr.k8s` defines the narrow
 :class:`~queuemgr.k8s.directory.QueueDirectory` port and may not import the
-store; the service layer, which may import both, implements it here over
+store; the controller layer, which may import both, implements it here over
 :mod:`queuemgr.store.directory`.
 
 What must stay true: each answer comes from one short read-only transaction

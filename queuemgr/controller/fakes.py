@@ -15,9 +15,9 @@ import threading
 import time
 from collections import Counter
 
+from queuemgr.controller.ports import BackendError
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
-from queuemgr.service.ports import BackendError
 
 
 class FakeBackend:

@@ -21,10 +21,10 @@ import heapq
 import threading
 from pathlib import Path
 
+from queuemgr.controller.ports import Clock
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, WorkloadId
 from queuemgr.core.snapshot import Config
-from queuemgr.service.ports import Clock
 from queuemgr.spec.checks import ScenarioError, read_yaml
 from queuemgr.spec.scenario import parse_scenario
 
