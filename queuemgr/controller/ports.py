@@ -3,7 +3,7 @@
 Why it exists: the loop must not know whether admitted gangs run on Kubernetes
 or in the simulated backend, nor read the wall clock itself (tests drive time).
 Each port is a narrow ``typing.Protocol``; implementations live beside it
-(:mod:`queuemgr.controller.fakes`, :mod:`queuemgr.controller.simulated`).
+(:mod:`queuemgr.controller.testing`, :mod:`queuemgr.controller.simulated`).
 
 What must stay true: the store is the system of record, the backend only
 executes. ``start`` and ``stop`` are idempotent (the loop retries them until

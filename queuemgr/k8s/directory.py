@@ -6,7 +6,7 @@ what its flavors' nodes can hold) and, on an update, against what the store
 has admitted. ``queuemgr.k8s`` may not import the store, so it asks through
 :class:`QueueDirectory`; the implementation over Postgres lives in the
 controller layer (``queuemgr.controller.k8s_directory``), and
-:class:`~queuemgr.k8s.fakes.InMemoryDirectory` serves tests.
+:class:`~queuemgr.k8s.testing.InMemoryDirectory` serves tests.
 
 What must stay true: answers are the read-only views of ``queuemgr.core.directory``
 (the store builds the same values); a directory that cannot answer now raises

@@ -25,7 +25,7 @@ from queuemgr.controller.webhook_config import WebhookConfig, load_webhook_confi
 from queuemgr.core.model import Node, NodeName
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.certs import service_dns_names
-from queuemgr.k8s.fakes import InMemoryDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import KINDS, QUEUE_LABEL, job_for
 from queuemgr.k8s.rules import WebhookSettings, queue_problems
 from queuemgr.k8s.selectors import LabelSelector

@@ -22,7 +22,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
-from queuemgr.k8s.fakes import InMemoryDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
 from queuemgr.k8s.webhook import AdmissionHandler
 from queuemgr.store import decisions as store_decisions

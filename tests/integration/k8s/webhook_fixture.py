@@ -31,7 +31,7 @@ from queuemgr.core.model import (
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, patch_ca_bundle
 from queuemgr.k8s.certs import StaticCertificates, generate
-from queuemgr.k8s.fakes import InMemoryDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.selectors import LabelSelector

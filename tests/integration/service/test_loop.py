@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.controller.fakes import FakeClock
+from queuemgr.controller.testing import FakeClock
 from queuemgr.controller.loop import SERVICE_POLICY
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering, OverrunPolicy

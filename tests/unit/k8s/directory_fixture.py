@@ -16,7 +16,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.resources import ResourceName
-from queuemgr.k8s.fakes import InMemoryDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import job_for
 from tests.unit.k8s.helpers import manifest
 

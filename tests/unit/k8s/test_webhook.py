@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from queuemgr.k8s.fakes import InMemoryDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import PLACEMENT_ANNOTATION, QUEUE_LABEL, job_for
 from queuemgr.k8s.review import BadReview
 from queuemgr.k8s.rules import WebhookSettings

@@ -1,4 +1,4 @@
-"""In-memory implementations of the ports, for tests and for wiring checks.
+"""In-memory implementations of the controller's ports: a testing module, beside its ports.
 
 Why it exists: tests of the loop need a backend whose every call can be
 counted and that finishes (or fails) exactly when the test says so. It lives

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~queuemgr.k8s.directory.QueueDirectory`, for tests and wiring checks.
+"""An in-memory :class:`~queuemgr.k8s.directory.QueueDirectory`: a testing module.
 
 Why it exists: the webhook's rules are tested as pure functions over dicts;
 they need a directory that answers from a few core objects and can be made to
