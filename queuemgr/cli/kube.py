@@ -24,15 +24,12 @@ from typing import Any
 
 import click
 import yaml
-from kubernetes import config as kube_config
-from kubernetes.client import ApiClient
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from queuemgr.cli.common import quantities
 from queuemgr.cli.errors import BadInput, CliError, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.core.resources import CPU, GPU, MEMORY
+from queuemgr.k8s.apiclient import ApiException, KubernetesUnavailable, kubeconfig_client
 from queuemgr.k8s.jobs import UnknownKind
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.tenant import TenantJobs, build_job, labelled, status
@@ -50,13 +47,9 @@ def enabled() -> bool:
 def jobs() -> Iterator[TenantJobs]:
     path = os.environ.get(KUBECONFIG_ENV) or None
     try:
-        if path is None and not os.environ.get("KUBECONFIG") and _in_cluster():
-            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-            api = ApiClient()
-        else:
-            api = kube_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError, TypeError) as exc:
-        raise CliError(f"kubeconfig {path or '(default)'}: {exc}") from None
+        api = kubeconfig_client(path)
+    except KubernetesUnavailable as exc:
+        raise CliError(str(exc)) from None
     try:
         yield TenantJobs(api)
     except ApiException as exc:
@@ -65,10 +58,6 @@ def jobs() -> Iterator[TenantJobs]:
         raise CliError(f"cannot reach the Kubernetes API server: {exc}") from None
     finally:
         api.close()  # type: ignore[no-untyped-call]
-
-
-def _in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 def _refusal(exc: ApiException) -> str:

@@ -31,12 +31,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from queuemgr.controller.ports import BackendError
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
 from queuemgr.k8s import manifest as m
+from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import WORKLOAD_LABEL, ClusterWatch, JobRef, Topic, pod_done
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, GenericJob
 from queuemgr.k8s.manifest import ManifestError

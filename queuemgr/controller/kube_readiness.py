@@ -34,7 +34,6 @@ import json
 import logging
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -45,6 +44,7 @@ from queuemgr.controller.ports import BackendError, Clock
 from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import WorkloadId
+from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import ClusterWatch, pod_ready
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch

@@ -22,11 +22,9 @@ import logging
 import threading
 from datetime import UTC, datetime
 
-from kubernetes.client.exceptions import ApiException
-
 from queuemgr.controller.worker import Worker
 from queuemgr.core.reasons import Decisions, PendingStatus
-from queuemgr.k8s.apiclient import RateLimiter
+from queuemgr.k8s.apiclient import ApiException, RateLimiter
 from queuemgr.k8s.cluster import ClusterWatch, JobRef
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch

@@ -34,7 +34,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,6 +41,7 @@ from queuemgr.controller.ports import Clock
 from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Node, Workload, WorkloadId
+from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
 from queuemgr.k8s.jobframework import parse_timestamp
 from queuemgr.k8s.jobs import KINDS

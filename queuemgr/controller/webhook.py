@@ -25,17 +25,15 @@ returns once the server and the thread have ended.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
-from kubernetes import client
-from kubernetes import config as kube_config
 from sqlalchemy import Engine
 
 from queuemgr.controller.k8s_directory import StoreQueueDirectory
 from queuemgr.controller.webhook_config import WebhookConfig
 from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.apiclient import ApiClient, KubernetesUnavailable, load_api_client
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, trust_ca
 from queuemgr.k8s.certs import (
     CertificateSource,
@@ -51,30 +49,6 @@ from queuemgr.k8s.webhook import AdmissionHandler
 log = logging.getLogger(__name__)
 
 RECHECK_INTERVAL = 60.0  # seconds between checks that the configurations still trust our CA
-
-
-class KubernetesUnavailable(ConnectionError):
-    """No way to reach the Kubernetes API (neither in a pod nor a kubeconfig)."""
-
-
-def load_api_client() -> client.ApiClient:
-    """The pod's service account inside a cluster, else the kubeconfig (``KUBECONFIG``)."""
-    configuration = client.Configuration()
-    try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        else:
-            kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-    except (kube_config.ConfigException, OSError) as error:
-        raise KubernetesUnavailable(
-            f"webhook: cannot reach the Kubernetes API (not in a pod, and no usable"
-            f" kubeconfig): {error}"
-        ) from None
-    return client.ApiClient(configuration)
 
 
 def _certificates(config: WebhookConfig) -> tuple[CertificateSource, Callable[[], bytes]]:
@@ -102,7 +76,7 @@ class AdmissionWebhook:
         config: WebhookConfig,
         engine: Engine,
         *,
-        api_client: client.ApiClient | None = None,
+        api_client: ApiClient | None = None,
         recheck_interval: float = RECHECK_INTERVAL,
     ) -> None:
         self.config = config

@@ -15,6 +15,7 @@ so a watch never waits for a connection.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,53 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+# The client's error, for the layers above: they name it from here, so that only
+# this package imports ``kubernetes`` (.importlinter, kubernetes-in-its-adapter).
+__all__ = ["ApiClient", "ApiException"]
+
+
+class KubernetesUnavailable(ConnectionError):
+    """No way to reach the Kubernetes API (neither in a pod nor a kubeconfig)."""
+
+
+def load_api_client() -> ApiClient:
+    """The pod's service account inside a cluster, else the kubeconfig (``KUBECONFIG``)."""
+    configuration = client.Configuration()
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+    except (ConfigException, OSError) as error:
+        raise KubernetesUnavailable(
+            f"webhook: cannot reach the Kubernetes API (not in a pod, and no usable"
+            f" kubeconfig): {error}"
+        ) from None
+    return ApiClient(configuration)
+
+
+def kubeconfig_client(path: str | None) -> ApiClient:
+    """A user's client: the kubeconfig at ``path`` (else the default one), or the pod's
+    identity inside a cluster when neither is set. KubernetesUnavailable if unusable."""
+    try:
+        if path is None and not os.environ.get("KUBECONFIG") and _in_cluster():
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return ApiClient()
+        return config.new_client_from_config(config_file=path)  # type: ignore[no-any-return,no-untyped-call]
+    except (ConfigException, OSError, TypeError) as exc:
+        raise KubernetesUnavailable(f"kubeconfig {path or '(default)'}: {exc}") from None
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 class RateLimiter:
