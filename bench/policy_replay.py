@@ -292,8 +292,12 @@ def _load(directory: Path, name: str, key: str) -> Saved | None:
     path = _path(directory, name)
     if not path.exists():
         return None
-    with path.open("rb") as f:
-        saved_key, state = pickle.load(f)
+    try:
+        with path.open("rb") as f:
+            saved_key, state = pickle.load(f)
+    except (OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
+        print(f"{name}: {path} is unreadable ({exc}); starting over", file=sys.stderr)
+        return None
     if saved_key != key:
         print(f"{name}: {path} is of other code or settings; starting over", file=sys.stderr)
         return None
@@ -393,6 +397,11 @@ def main() -> None:
         "when the same code, policy and jobs run again (a replay longer than a sitting)",
     )
     args = parser.parse_args()
+    if args.checkpoint is not None:
+        try:  # up front: not after the first 100,000 simulated seconds
+            args.checkpoint.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            parser.error(f"--checkpoint {args.checkpoint}: {exc.strerror or exc}")
     config = cluster(args.preemption, args.min_runtime)
     rule = None
     if args.max_runtime != PARTITIONS:

@@ -16,7 +16,13 @@ from queuemgr.core.model import (
     ReclaimWithinCohort,
     Workload,
 )
-from queuemgr.core.preemption import REPEAT_VICTIM, Preemption, Preemptor, preempts_within
+from queuemgr.core.preemption import (
+    REPEAT_VICTIM,
+    Preemption,
+    Preemptor,
+    fair_victim,
+    preempts_within,
+)
 from queuemgr.core.reasons import Eviction, PreemptionReason
 
 
@@ -46,7 +52,7 @@ class PlainPreemptor(Preemptor):
             if young > 0 and self._now - a.admitted_at < young:
                 continue
             if fair:
-                if a.admitted_at >= w.queued_since and a.workload.evictions < REPEAT_VICTIM:
+                if fair_victim(a, w):
                     candidates.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
             elif reclaim is ReclaimWithinCohort.ANY or a.workload.priority < w.priority:
                 candidates.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
