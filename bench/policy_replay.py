@@ -206,17 +206,27 @@ class Meter:
         }
 
 
-def cluster(preemption: bool, min_runtime: float) -> Config:
+def cluster(
+    preemption: bool, min_runtime: float, borrowing_max_runtime: float | None = None
+) -> Config:
     """The benchmark's cluster; with ``preemption``, reclaim Any and fair sharing on."""
     config = load_scenario(SCENARIO).config
-    if not preemption:
+    if not preemption and borrowing_max_runtime is None:
         return config
     rule = PreemptionPolicy(reclaim_within_cohort=ReclaimWithinCohort.ANY, min_runtime=min_runtime)
     return Config.of(
         flavors=config.flavors.values(),
-        cohorts=[dataclasses.replace(c, fair_sharing=True) for c in config.cohorts.values()],
+        cohorts=[
+            dataclasses.replace(c, fair_sharing=c.fair_sharing or preemption)
+            for c in config.cohorts.values()
+        ],
         cluster_queues=[
-            dataclasses.replace(cq, preemption=rule) for cq in config.cluster_queues.values()
+            dataclasses.replace(
+                cq,
+                preemption=rule if preemption else cq.preemption,
+                borrowing_max_runtime=borrowing_max_runtime,
+            )
+            for cq in config.cluster_queues.values()
         ],
         local_queues=config.local_queues.values(),
         nodes=config.nodes.values(),
@@ -390,6 +400,14 @@ def main() -> None:
         help="with --preemption: each ClusterQueue's preemption.min_runtime, seconds (default 0)",
     )
     parser.add_argument(
+        "--borrowing-max-runtime",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="each ClusterQueue's borrowing_max_runtime: only workloads declaring a "
+        "max_runtime of at most this borrow (default: none, any workload borrows)",
+    )
+    parser.add_argument(
         "--checkpoint",
         type=Path,
         metavar="DIR",
@@ -402,7 +420,9 @@ def main() -> None:
             args.checkpoint.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             parser.error(f"--checkpoint {args.checkpoint}: {exc.strerror or exc}")
-    config = cluster(args.preemption, args.min_runtime)
+    if args.borrowing_max_runtime is not None and not 0 < args.borrowing_max_runtime < 1e9:
+        parser.error(f"--borrowing-max-runtime {args.borrowing_max_runtime:g}: not a duration")
+    config = cluster(args.preemption, args.min_runtime, args.borrowing_max_runtime)
     rule = None
     if args.max_runtime != PARTITIONS:
         try:
@@ -471,6 +491,11 @@ def main() -> None:
         f"{len(jobs)} Philly jobs on 160x8 GPUs, 8 assigned tenants, "
         f"declared limits by rule {args.max_runtime!r}"
         + (f", preemption on (min_runtime {args.min_runtime:g} s)" if args.preemption else "")
+        + (
+            f", borrowing_max_runtime {args.borrowing_max_runtime:g} s"
+            if args.borrowing_max_runtime is not None
+            else ""
+        )
     )
     print(f"{'policy':<48}" + "".join(f"{k:>13}" for k in keys))
     for name, res in results.items():

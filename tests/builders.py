@@ -235,6 +235,7 @@ class ClusterQueueBuilder:
         self._namespaces: frozenset[str] | None = None
         self._blocks: list[_QuotaDraft] = [_QuotaDraft()]
         self._preemption = PreemptionPolicy()
+        self._borrowing_max_runtime: float | None = None
 
     def cohort(self, name: str | None) -> ClusterQueueBuilder:
         self._cohort = name
@@ -257,6 +258,10 @@ class ClusterQueueBuilder:
 
     def lending_limit(self, **amounts: Quantity) -> ClusterQueueBuilder:
         self._blocks[-1].lending.update(amounts)
+        return self
+
+    def borrowing_max_runtime(self, seconds: float | None) -> ClusterQueueBuilder:
+        self._borrowing_max_runtime = seconds
         return self
 
     def weight(self, value: int | Fraction) -> ClusterQueueBuilder:
@@ -298,6 +303,7 @@ class ClusterQueueBuilder:
             queueing_strategy=self._strategy,
             namespaces=self._namespaces,
             preemption=self._preemption,
+            borrowing_max_runtime=self._borrowing_max_runtime,
         )
 
 

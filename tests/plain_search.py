@@ -91,7 +91,7 @@ class PlainPreemptor(Preemptor):
                 chosen.remove(item)
             else:
                 self._remove(item[0])
-        check = self._ledger.check(cq.name, flavor, w.total_requests)
+        check = self._ledger.check_for(cq, flavor, w)
         placements = self._pool.place(flavor, w.pod_sets)
         assert check.fits and placements is not None
         self.evicted.update(a.workload.id for a, _ in chosen)

@@ -48,6 +48,12 @@ from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 
+# The pending reason of a quota refusal; any other refusal is QuotaExceeded.
+_QUOTA_REASONS = {
+    QuotaVerdict.COHORT_EXHAUSTED: PendingReason.COHORT_EXHAUSTED,
+    QuotaVerdict.BORROWING_RUNTIME: PendingReason.BORROWING_RUNTIME_LIMIT,
+}
+
 
 class Stale:
     """The nominated flavor or class changed since the head was queued."""
@@ -106,14 +112,13 @@ class Admitter:
         ``STALE`` means the nomination no longer holds (a cohort peer took
         the pool since): the caller nominates again and requeues the head.
         """
-        request = w.total_requests
         # Quota checks made at nomination still hold if nothing was admitted since.
         known = nomination.checks if nomination.version == self.ledger.version else {}
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
         node_verdict: Verdict | None = None
         nominated_checked = False
         for fq in cq.flavors:
-            check = known.get(fq.flavor) or self.ledger.check(cq.name, fq.flavor, request)
+            check = known.get(fq.flavor) or self.ledger.check_for(cq, fq.flavor, w)
             if not check.fits:
                 if first_quota is None:
                     first_quota = (fq.flavor, check)
@@ -164,11 +169,7 @@ class Admitter:
             assert first_quota is not None
             flavor, check = first_quota
             verdict = Verdict(
-                reason=(
-                    PendingReason.COHORT_EXHAUSTED
-                    if check.verdict is QuotaVerdict.COHORT_EXHAUSTED
-                    else PendingReason.QUOTA_EXCEEDED
-                ),
+                reason=_QUOTA_REASONS.get(check.verdict, PendingReason.QUOTA_EXCEEDED),
                 detail=partial(check.describe, flavor),
             )
         self._memo[(cq.name, w.shape)] = verdict

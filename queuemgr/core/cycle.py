@@ -43,7 +43,9 @@ reservations and backfill are core.backfill's.
 What must stay true: same snapshot, same decisions; a gang is admitted whole
 or not at all; nothing admitted takes quota or node capacity that is not free.
 Because a cycle only ever adds usage, a shape that failed in a queue fails
-again for the rest of the cycle, and that verdict is reused.
+again for the rest of the cycle, and that verdict is reused, except a refusal to
+borrow for a declared runtime beyond the queue's ``borrowing_max_runtime``: one of
+the same shape declaring less may still borrow.
 """
 
 from __future__ import annotations
@@ -75,7 +77,12 @@ from queuemgr.core.verdicts import PendingReason, Verdict
 
 # Reasons for which waiting for capacity to free up is what a reservation plans.
 _RESERVABLE = frozenset(
-    {PendingReason.NO_NODE_FITS, PendingReason.QUOTA_EXCEEDED, PendingReason.COHORT_EXHAUSTED}
+    {
+        PendingReason.NO_NODE_FITS,
+        PendingReason.QUOTA_EXCEEDED,
+        PendingReason.COHORT_EXHAUSTED,
+        PendingReason.BORROWING_RUNTIME_LIMIT,
+    }
 )
 # Verdicts that speak of this one workload, not of its shape in its queue: the
 # next of its shape is tried (a preemptor holds its claim as if admitted).
@@ -115,7 +122,7 @@ class Cycle(Admitter):
             cq = config.cluster_queues.get(adm.cluster_queue)
             check = None
             if cq is not None and config.queue_for(w) == cq.name and not self._inadmissible(cq, w):
-                check = self.ledger.check(cq.name, adm.flavor, w.total_requests)
+                check = self.ledger.check_for(cq, adm.flavor, w)
             if (
                 cq is None
                 or check is None
@@ -221,8 +228,11 @@ class Cycle(Admitter):
                     self._blocked[name] = blocked_by_head(w.id)
                     cur.clear()
                     continue
-                # Usage only grows within a cycle, so the shape fails again.
-                cur.drop_shape()
+                if verdict.reason is PendingReason.BORROWING_RUNTIME_LIMIT:
+                    cur.advance()  # one of its shape declaring a shorter runtime may borrow
+                else:
+                    # Usage only grows within a cycle, so the shape fails again.
+                    cur.drop_shape()
             head = cur.head()
             if head is not None:
                 heapq.heappush(heap, self.nominator.nominate(cq, head))

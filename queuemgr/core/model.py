@@ -151,6 +151,11 @@ class ClusterQueue:
     preemption: PreemptionPolicy = PreemptionPolicy()
     # Order within this queue; None: its cohort's ordering, else the global one.
     ordering: Ordering | None = None
+    # Seconds: a workload of this queue borrows only if it declares a max_runtime of
+    # at most this, so lent capacity comes home within a bounded time and reclaim
+    # never throws away days of a borrower's work. None, the default: any workload
+    # borrows, Kueue's behaviour (docs/scheduling.md says why it is not the default).
+    borrowing_max_runtime: float | None = None
 
     def quota(self, flavor: FlavorName) -> FlavorQuota | None:
         for fq in self.flavors:
@@ -160,6 +165,11 @@ class ClusterQueue:
 
     def admits_namespace(self, namespace: str) -> bool:
         return self.namespaces is None or namespace in self.namespaces
+
+    def may_borrow(self, w: Workload) -> bool:
+        """Whether ``w`` may go beyond this queue's nominal quota (borrowing_max_runtime)."""
+        limit = self.borrowing_max_runtime
+        return limit is None or (w.max_runtime is not None and w.max_runtime <= limit)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

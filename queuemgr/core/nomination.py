@@ -84,6 +84,8 @@ class Nominator:
             memo_key = (cq.name, w.shape)
             if cq.name in self.usage_across:
                 memo_key = (cq.name, w.shape, w.namespace, w.queue)
+            if cq.borrowing_max_runtime is not None:  # its runtime decides if it may borrow
+                memo_key = (*memo_key, cq.may_borrow(w))
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] == self.ledger.version:
                 _, cls, share, nomination = hit
@@ -91,7 +93,7 @@ class Nominator:
         request = w.total_requests
         checks: dict[FlavorName, QuotaCheck] = {}
         for fq in cq.flavors:
-            check = self.ledger.check(cq.name, fq.flavor, request)
+            check = self.ledger.check_for(cq, fq.flavor, w)
             checks[fq.flavor] = check
             if check.fits:
                 cls, share = NOMINAL, NO_SHARE

@@ -95,7 +95,7 @@ def largest_partial(
             k: int, flavor: FlavorName = fq.flavor
         ) -> tuple[tuple[PodSetPlacement, ...], bool, Resources] | None:
             low = with_count(w, ps.name, k)
-            check = ledger.check(cq.name, flavor, low.total_requests)
+            check = ledger.check_for(cq, flavor, low)
             if not check.fits:
                 return None
             placements = pool.place(flavor, low.pod_sets)

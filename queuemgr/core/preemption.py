@@ -288,7 +288,7 @@ class Preemptor:
             for a, _ in self._takes(cq, w, flavor, candidates):
                 self._apply(a, -1, _ledger_only)
                 taken.append(a)
-            if not ledger.check(cq.name, flavor, w.total_requests).fits:
+            if not ledger.check_for(cq, flavor, w).fits:
                 return True
         finally:
             for a in taken:
@@ -327,7 +327,7 @@ class Preemptor:
                 chosen.remove(item)
             else:
                 self._remove(item[0])
-        check = self._ledger.check(cq.name, flavor, w.total_requests)
+        check = self._ledger.check_for(cq, flavor, w)
         placements = self._pool.place(flavor, w.pod_sets)
         assert check.fits and placements is not None
         for a, _ in chosen:
@@ -376,7 +376,7 @@ class Preemptor:
             self._share_memo.clear()
 
     def _fits(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
-        if not self._ledger.check(cq.name, flavor, w.total_requests).fits:
+        if not self._ledger.check_for(cq, flavor, w).fits:
             return False
         return self._pool.place(flavor, w.pod_sets) is not None
 

@@ -9,7 +9,9 @@ What must stay true, for every ClusterQueue q, flavor f and resource r:
 - the cohort pool is ``sum_p (nominal(p) - guaranteed(p))``, and its use is
   ``sum_p max(0, usage(p) - guaranteed(p))``, which never exceeds the pool;
 - ``usage(q) <= nominal(q) + borrowing_limit(q)`` when a borrowing limit is set;
-- a queue without a cohort never goes above its nominal quota.
+- a queue without a cohort never goes above its nominal quota;
+- a workload its queue does not let borrow (``ClusterQueue.may_borrow``) never
+  takes it above its nominal quota.
 
 The ledger is a copy-on-write overlay over the snapshot's usage: a cycle adds
 to it and the snapshot underneath is never touched.
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName, Workload
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
 
 _NO_CAP = 1 << 62
@@ -33,6 +35,8 @@ class QuotaVerdict(enum.Enum):
     QUEUE_LIMIT = "QueueLimit"  # over nominal (no cohort) or nominal + borrowing limit
     COHORT_EXHAUSTED = "CohortExhausted"  # the queue may borrow, but the pool is used up
     NOT_COVERED = "NotCovered"  # the flavor lists no quota for a requested resource
+    # It would have to borrow, and its queue lends only to shorter declared runtimes.
+    BORROWING_RUNTIME = "BorrowingRuntimeLimit"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +48,7 @@ class QuotaCheck:
     usage: int = 0
     nominal: int = 0
     cohort_lends: int = 0
+    runtime_limit: float = 0.0  # BORROWING_RUNTIME: the longest max_runtime that borrows
 
     @property
     def fits(self) -> bool:
@@ -53,6 +58,12 @@ class QuotaCheck:
         r = self.resource or ""
         if self.verdict is QuotaVerdict.NOT_COVERED:
             return f"the queue has no {r} quota on {flavor}"
+        if self.verdict is QuotaVerdict.BORROWING_RUNTIME:
+            return (
+                f"needs {format_quantity(r, self.requested)} {r} on {flavor} beyond the "
+                f"queue's nominal quota, and the queue borrows only for workloads that "
+                f"declare a max_runtime of at most {self.runtime_limit:g} s"
+            )
 
         def q(v: int) -> str:
             return format_quantity(r, v)
@@ -158,7 +169,28 @@ class QuotaLedger:
             return own[flavor]
         return self._base.get(cq, {}).get(flavor, {})
 
-    def check(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> QuotaCheck:
+    def check_for(
+        self, cq: ClusterQueue, flavor: FlavorName, w: Workload, request: Resources | None = None
+    ) -> QuotaCheck:
+        """``check`` of ``w`` (or its ``request``, a partial admission) in its queue ``cq``."""
+        limit = None if cq.may_borrow(w) else cq.borrowing_max_runtime
+        return self.check(
+            cq.name, flavor, w.total_requests if request is None else request, no_borrowing=limit
+        )
+
+    def check(
+        self,
+        cq: ClusterQueueName,
+        flavor: FlavorName,
+        request: Resources,
+        *,
+        no_borrowing: float | None = None,
+    ) -> QuotaCheck:
+        """Whether ``request`` fits ``cq``'s quota on ``flavor`` now, and if it borrows.
+
+        ``no_borrowing``, if given, is the queue's borrowing_max_runtime that the
+        workload exceeds: it fits only within the nominal quota.
+        """
         topo = self.topology
         lim = topo.limits.get((cq, flavor))
         cohort = topo.cohort_of.get(cq)
@@ -205,6 +237,15 @@ class QuotaLedger:
                     cohort_lends=lends,
                 )
             if u > nominal:
+                if no_borrowing is not None:
+                    return QuotaCheck(
+                        verdict=QuotaVerdict.BORROWING_RUNTIME,
+                        resource=r,
+                        requested=req,
+                        usage=cur,
+                        nominal=nominal,
+                        runtime_limit=no_borrowing,
+                    )
                 borrowing = True
         return _FITS_BORROWING if borrowing else _FITS
 

@@ -116,7 +116,7 @@ class _State:
     def fits(
         self, cq: ClusterQueue, w: Workload, flavor: FlavorName
     ) -> tuple[PodSetPlacement, ...] | None:
-        if not self.ledger.check(cq.name, flavor, w.total_requests).fits:
+        if not self.ledger.check_for(cq, flavor, w).fits:
             return None
         return self.pool.place(flavor, w.pod_sets)
 
@@ -210,7 +210,7 @@ class Planner:
         if counter is None:
             state = self.state(admitted_now, evicted.values(), ())
             return self._earliest_by_placing(cq, w, flavor, line, state, now)
-        ledger, need = QuotaLedger(self._quota, self._snapshot.usage), w.total_requests
+        ledger = QuotaLedger(self._quota, self._snapshot.usage)
         # Quota changes wait in ``owed`` until the nodes could hold the gang: the ledger's
         # pool use depends only on the final usage, so one addition per queue and flavor
         # ends where many would.
@@ -224,7 +224,7 @@ class Planner:
                 for (q, f), delta in owed.items():
                     ledger.add(q, f, delta)
                 owed.clear()
-                if ledger.check(cq.name, flavor, need).fits:
+                if ledger.check_for(cq, flavor, w).fits:
                     placements = counter.placement()
                     assert placements is not None, "the pod count and the placement disagree"
                     return (max(now, ends[k - 1]) if k else now), placements
@@ -300,7 +300,7 @@ class Guard:
         ledger = self._at_start.ledger
         held = admitted_requests(x)
         ledger.add(x.admission.cluster_queue, x.admission.flavor, held)
-        quota = ledger.check(self.cq.name, self._flavor, self.w.total_requests).fits
+        quota = ledger.check_for(self.cq, self._flavor, self.w).fits
         ledger.add(x.admission.cluster_queue, x.admission.flavor, {r: -v for r, v in held.items()})
         if not quota:
             return False

@@ -25,6 +25,9 @@ class PendingReason(enum.Enum):
     # Preempted before, it would come back as a borrower while in-nominal demand of
     # its cohort waits for that capacity (it would only be reclaimed again).
     NOMINAL_DEMAND_WAITING = "NominalDemandWaiting"
+    # It would have to borrow, and its queue's borrowing_max_runtime is shorter than
+    # its declared max_runtime (or it declares none): it waits for nominal room.
+    BORROWING_RUNTIME_LIMIT = "BorrowingRuntimeLimit"
 
 
 # The status reason of a preempted workload held out of the queue until its requeue
