@@ -79,6 +79,13 @@ CQ_OPTIONS = [
         help="Seconds (or 90m, 2h, 0 for none) a run is safe from reclaim and fair sharing.",
     ),
     click.option(
+        "--borrowing-max-runtime",
+        default=None,
+        metavar="DURATION",
+        help="Borrow only for workloads declaring a max_runtime of at most this "
+        "(3d, 12h...; none: any workload borrows).",
+    ),
+    click.option(
         "--ordering",
         default=None,
         type=click.Choice([*(o.value for o in Ordering), INHERIT]),
@@ -126,6 +133,11 @@ def cluster_queue_from_flags(
             ),
             min_runtime=p.min_runtime if f["min_runtime"] is None else _duration(f["min_runtime"]),
         )
+    if f["borrowing_max_runtime"] is not None:
+        raw = f["borrowing_max_runtime"]
+        changes["borrowing_max_runtime"] = (
+            None if raw == "none" else _duration(raw, "--borrowing-max-runtime", zero=False)
+        )
     if f["ordering"] is not None:
         changes["ordering"] = None if f["ordering"] == INHERIT else Ordering(f["ordering"])
     if f["nominals"]:
@@ -136,9 +148,9 @@ def cluster_queue_from_flags(
     return new
 
 
-def _duration(raw: str) -> float:
+def _duration(raw: str, option: str = "--min-runtime", *, zero: bool = True) -> float:
     try:
-        return parse_duration(_number(raw), "--min-runtime", zero=True)
+        return parse_duration(_number(raw), option, zero=zero)
     except InputError as exc:
         raise BadInput(str(exc)) from None
 

@@ -170,6 +170,12 @@ def _cq_describe(d: dict[str, Any]) -> None:
                     else ""
                 ),
             ),
+            (
+                "Borrows for",
+                "any workload"
+                if d.get("borrowing_max_runtime") is None
+                else f"max_runtime <= {duration(d['borrowing_max_runtime'])}",
+            ),
             ("Status", "stopped" if d["stopped"] else "active"),
             ("Pending", d["pending"]),
             ("Admitted", d["admitted"]),

@@ -37,7 +37,7 @@ from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.snapshot import Config
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import ScenarioError, at
-from queuemgr.spec.knobs import parse_policy
+from queuemgr.spec.knobs import parse_duration, parse_policy
 from queuemgr.spec.objects import (
     check_partial,
     parse_pod_set,
@@ -197,7 +197,15 @@ def _cluster_queues(
     out: dict[ClusterQueueName, ClusterQueue] = {}
     seen: dict[str, str] = {}
     cohort_names = {c.name for c in cohorts}
-    optional = ("cohort", "weight", "queueing_strategy", "namespaces", "preemption", "ordering")
+    optional = (
+        "cohort",
+        "weight",
+        "queueing_strategy",
+        "namespaces",
+        "preemption",
+        "ordering",
+        "borrowing_max_runtime",
+    )
     for i, item in enumerate(y.sequence(raw, "cluster_queues")):
         p = at("cluster_queues", i)
         m = y.mapping(item, p, required=("name", "resources"), optional=optional)
@@ -226,6 +234,11 @@ def _cluster_queues(
             namespaces=namespaces,
             preemption=parse_preemption(m.get("preemption", {}), at(p, "preemption")),
             ordering=_ordering(m.get("ordering"), at(p, "ordering")),
+            borrowing_max_runtime=(
+                None
+                if m.get("borrowing_max_runtime") is None
+                else parse_duration(m["borrowing_max_runtime"], at(p, "borrowing_max_runtime"))
+            ),
         )
     return out
 

@@ -156,6 +156,9 @@ def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
         "within_cluster_queue": cq.preemption.within_cluster_queue.value,
         "reclaim_within_cohort": cq.preemption.reclaim_within_cohort.value,
         "preemption_min_runtime": float(cq.preemption.min_runtime),
+        "borrowing_max_runtime": (
+            None if cq.borrowing_max_runtime is None else float(cq.borrowing_max_runtime)
+        ),
         "stopped": stopped,
         "ordering": None if cq.ordering is None else cq.ordering.value,
         "flavors": [quota_json(q) for q in cq.flavors],

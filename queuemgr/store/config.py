@@ -364,6 +364,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
                     min_runtime=r["preemption_min_runtime"],
                 ),
                 ordering=codec.ordering_of(r["ordering"]),
+                borrowing_max_runtime=r["borrowing_max_runtime"],
             )
         )
         if r["stopped"]:

@@ -117,6 +117,8 @@ class ClusterQueueRow(Base):
     reclaim_within_cohort: Mapped[str] = mapped_column(Text, server_default=text("'Never'"))
     # Seconds a run of this queue is safe from reclaim and fair-sharing preemption.
     preemption_min_runtime: Mapped[float] = mapped_column(Double, server_default=text("0"))
+    # Seconds: only workloads declaring a max_runtime of at most this borrow; NULL: any.
+    borrowing_max_runtime: Mapped[float | None] = mapped_column(Double)
     stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 

@@ -194,6 +194,28 @@ def test_preemption_min_runtime_from_the_command_line(cli: Invoke, applied: Path
     assert afters == [0, 600, 5400, 5400]  # newest first
 
 
+def test_borrowing_max_runtime_from_the_command_line(cli: Invoke, applied: Path) -> None:
+    create = ("cq", "create", "team-c", "--nominal", "h100:nvidia.com/gpu=8")
+    assert cli(*create, "--borrowing-max-runtime", "3d").exit_code == 0
+    doc = json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)
+    assert doc["borrowing_max_runtime"] == 259200
+    assert "max_runtime <= 72h00m" in cli("cq", "describe", "team-c").stdout
+    # Another flag keeps it; "none" lets any workload borrow again.
+    assert cli("cq", "edit", "team-c", "--weight", "2").exit_code == 0
+    doc = json.loads(cli("cq", "describe", "team-c", "-o", "json").stdout)
+    assert doc["borrowing_max_runtime"] == 259200
+    assert cli("cq", "edit", "team-c", "--borrowing-max-runtime", "none").exit_code == 0
+    assert "any workload" in cli("cq", "describe", "team-c").stdout
+    for value in ("soon", "0", "-1h"):
+        bad = cli("cq", "edit", "team-c", "--borrowing-max-runtime", value)
+        assert bad.exit_code == 2, (value, bad.output)
+        assert "--borrowing-max-runtime" in bad.output and value in bad.output
+        no_traceback(bad)
+    history = cli("audit", "--object", "clusterqueue/team-c", "-o", "json")
+    afters = [e["after"]["borrowing_max_runtime"] for e in json.loads(history.stdout)["entries"]]
+    assert afters == [None, 259200, 259200]  # newest first
+
+
 def test_hostile_names_are_data_not_sql(cli: Invoke, applied: Path) -> None:
     hostile = "x'; DROP TABLE workloads; --\u00e9" + "z" * 10_000
     r = cli("cq", "describe", hostile)

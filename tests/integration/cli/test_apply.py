@@ -131,3 +131,28 @@ def test_apply_sets_the_preemption_min_runtime_and_audits_it(
     shown = json.loads(cli("cq", "describe", "team-a", "-o", "json").stdout)
     assert shown["preemption_min_runtime"] == 7200
     assert json.loads(cli("apply", "-f", str(protected), "-o", "json").stdout)["changes"] == []
+
+
+def test_apply_sets_the_borrowing_max_runtime_and_audits_it(
+    cli: Invoke, queues_file: Path, engine: Engine, tmp_path: Path
+) -> None:
+    assert cli("apply", "-f", str(queues_file)).exit_code == 0
+    before = _audit_rows(engine)
+    limited = tmp_path / "limited.yaml"
+    limited.write_text(
+        QUEUES.replace(
+            "  - name: team-a\n    cohort: research\n",
+            "  - name: team-a\n    cohort: research\n    borrowing_max_runtime: 12h\n",
+        )
+    )
+    r = cli("apply", "-f", str(limited), "-o", "json")
+    assert r.exit_code == 0, r.output
+    (change,) = json.loads(r.stdout)["changes"]
+    assert change["fields"]["borrowing_max_runtime"] == {"before": None, "after": 43200}
+    assert _audit_rows(engine) == before + 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        limited.read_text().replace("borrowing_max_runtime: 12h", "borrowing_max_runtime: 0")
+    )
+    r = cli("apply", "-f", str(bad))
+    assert r.exit_code == 2 and "borrowing_max_runtime" in r.output, r.output
