@@ -4,7 +4,8 @@
 the cluster (2-4 nodes of 8 GPUs), borrowing allowed, reclaim ``Any``/``LowerPriority``
 and within-queue ``LowerPriority``/``Never``; single pods of 1-8 GPUs and gangs of 2-3
 whole nodes, priorities 0-2, staggered submissions, runtimes of 10-500 s and often a
-``max_runtime``. Every workload fits the empty cluster.
+``max_runtime``; a third of the queues lend only to declared runtimes of 50-400 s
+(``borrowing_max_runtime``). Every workload fits the empty cluster.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Queue(NamedTuple):
     nominal: int  # GPUs; cpu and memory quota in proportion
     reclaim: str
     within: str
+    borrow_limit: int | None = None  # borrowing_max_runtime, seconds
 
 
 class Job(NamedTuple):
@@ -70,6 +72,7 @@ def specs(draw: st.DrawFn) -> Spec:
                     [WithinClusterQueue.LOWER_PRIORITY.value, WithinClusterQueue.NEVER.value]
                 )
             ),
+            borrow_limit=draw(st.one_of(st.none(), st.none(), st.integers(50, 400))),
         )
         for lo, hi in pairwise(bounds)
     )
@@ -87,9 +90,13 @@ def specs(draw: st.DrawFn) -> Spec:
                 st.integers(5, runtime - 1),
             )
         )
+        q = draw(st.integers(0, n_queues - 1))
+        cap = queues[q].borrow_limit
+        if cap is not None and pods * gpus > queues[q].nominal and (limit is None or limit > cap):
+            limit = cap  # it must borrow, so it declares a runtime its queue lends to
         jobs.append(
             Job(
-                q=draw(st.integers(0, n_queues - 1)),
+                q=q,
                 pods=pods,
                 gpus=gpus,
                 prio=draw(st.integers(0, 2)),
@@ -111,6 +118,7 @@ def build(spec: Spec) -> tuple[Config, list[SimWorkload]]:
             .cohort("c")
             .nominal(gpu=q.nominal, cpu=8 * q.nominal, memory=f"{64 * q.nominal}Gi")
             .preempt(within=q.within, reclaim=q.reclaim)
+            .borrowing_max_runtime(None if q.borrow_limit is None else float(q.borrow_limit))
         )
     world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=spec.fair)]
     world.node(make_nodes("n", spec.nodes, gpu=GPUS_PER_NODE, cpu="64", memory="512Gi"))

@@ -8,7 +8,8 @@ asks; this module answers from the configuration alone.
 
 What must stay true: the answer depends only on the configuration and the
 workload's shape (so it is memoised per ClusterQueue and shape on the
-configuration); a partial workload is inadmissible only if its smallest form
+configuration; with a ``borrowing_max_runtime``, also on whether it may borrow); a
+partial workload is inadmissible only if its smallest form
 is; every message names the flavor and the numbers.
 """
 
@@ -24,7 +25,9 @@ from queuemgr.core.verdicts import PendingReason, Verdict
 def inadmissible(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:
     """A verdict when no flavor could ever take ``w``, however idle the cluster."""
     memo = config.never_fits
-    key = (cq.name, w.shape)
+    key: tuple[object, ...] = (cq.name, w.shape)
+    if cq.borrowing_max_runtime is not None:  # its declared runtime decides if it may borrow
+        key = (cq.name, w.shape, cq.may_borrow(w))
     if key not in memo:
         # A partial workload can never fit only if its smallest form cannot.
         memo[key] = _never_fits(config, cq, smallest(w) or w)
@@ -35,15 +38,19 @@ def _never_fits(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None
     topo = config.quota_topology
     nodes = config.node_topology
     why: list[str] = []
+    borrows = cq.may_borrow(w)
     for fq in cq.flavors:
         over = [
-            (r, v, topo.max_usage(cq.name, fq.flavor, r))
+            (r, v, most)
             for r, v in sorted(w.total_requests.items())
-            if v > topo.max_usage(cq.name, fq.flavor, r)
+            if v > (most := topo.max_usage(cq.name, fq.flavor, r, borrows=borrows))
         ]
         if over:
             r, v, most = over[0]
-            why.append(f"{fq.flavor}: needs {v} {r}, quota allows at most {most}")
+            why.append(
+                f"{fq.flavor}: needs {v} {r}, quota allows at most {most}"
+                + ("" if borrows else " (its nominal quota: it may not borrow for its max_runtime)")
+            )
         elif not fits_empty(nodes, fq.flavor, w.shape, w.pod_sets):
             why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")
         else:

@@ -48,6 +48,22 @@ from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 
+
+def per_workload(cq: ClusterQueue, w: Workload, verdict: Verdict) -> bool:
+    """Whether ``verdict`` holds for ``w`` alone, not for its shape in ``cq``: a refusal
+    that only ``cq``'s borrowing_max_runtime explains, since one of the same shape
+    declaring a shorter runtime may borrow."""
+    return (
+        verdict.reason in _NOT_BORROWING_REASONS
+        and cq.borrowing_max_runtime is not None
+        and not cq.may_borrow(w)
+    )
+
+
+_NOT_BORROWING_REASONS = frozenset(
+    {PendingReason.BORROWING_RUNTIME_LIMIT, PendingReason.INADMISSIBLE}
+)
+
 # The pending reason of a quota refusal; any other refusal is QuotaExceeded.
 _QUOTA_REASONS = {
     QuotaVerdict.COHORT_EXHAUSTED: PendingReason.COHORT_EXHAUSTED,
@@ -88,6 +104,9 @@ class Admitter:
         # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}
         self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
+        # The same per shape, for the workloads that their queue's borrowing_max_runtime
+        # keeps from borrowing (per_workload): the others of the shape are still tried.
+        self._no_loan: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
         self._fair_cohorts = frozenset(c.name for c in config.cohorts.values() if c.fair_sharing)
@@ -172,7 +191,8 @@ class Admitter:
                 reason=_QUOTA_REASONS.get(check.verdict, PendingReason.QUOTA_EXCEEDED),
                 detail=partial(check.describe, flavor),
             )
-        self._memo[(cq.name, w.shape)] = verdict
+        if not per_workload(cq, w, verdict):
+            self._memo[(cq.name, w.shape)] = verdict
         if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq, self._fair_cohorts):
             outcome = self._preempt(cq, w)
             if outcome is not NOT_PREEMPTED:

@@ -233,9 +233,11 @@ def largest_pending(
     while heap and len(out) < count:
         _gpus, _order, i, pos = heapq.heappop(heap)
         run, cq = runs[i], cluster_queues[names[i]]
-        if never_fits(cq, run[pos]):
+        if not never_fits(cq, run[pos]):
+            out.append((cq, run[pos]))
+        elif cq.borrowing_max_runtime is None:
             continue  # nor will the rest of its run: the same shape in the same queue
-        out.append((cq, run[pos]))
+        # (else one of its shape declaring a shorter runtime may borrow, and so fit)
         if pos + 1 < len(run):
             nxt = run[pos + 1]
             heapq.heappush(heap, (-nxt.gpus, nxt.order_key, i, pos + 1))

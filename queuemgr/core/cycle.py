@@ -54,7 +54,7 @@ import heapq
 from functools import lru_cache, partial
 
 from queuemgr.core.admissibility import unroutable_verdict
-from queuemgr.core.admitter import STALE, Admitter, Stale
+from queuemgr.core.admitter import STALE, Admitter, Stale, per_workload
 from queuemgr.core.backfill import largest_pending
 from queuemgr.core.claims import placement_fits
 from queuemgr.core.model import (
@@ -202,6 +202,15 @@ class Cycle(Admitter):
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
             verdict: Verdict | Stale | None
+            refused = self._no_loan.get((name, w.shape))
+            if refused is not None and not cq.may_borrow(w):
+                # Usage only grows within a cycle: it is refused as the last one was.
+                self.verdicts[w.id] = refused
+                cur.advance()
+                head = cur.head()
+                if head is not None:
+                    heapq.heappush(heap, self.nominator.nominate(cq, head))
+                continue
             if not defer and w.evictions and self._lends_reclaimed(cq, nomination):
                 verdict = _nominal_demand_waiting(cq.cohort)
             else:
@@ -218,6 +227,9 @@ class Cycle(Admitter):
                 self.verdicts[w.id] = verdict
                 cur.advance()
             else:
+                alone = per_workload(cq, w, verdict)
+                if alone:
+                    self._no_loan[(name, w.shape)] = verdict
                 if key[0] in (NOMINAL, NO_QUOTA) and verdict.reason in _RESERVABLE:
                     self._note_waiting(cq, w)
                 if verdict.reason is not PendingReason.INADMISSIBLE:
@@ -228,7 +240,7 @@ class Cycle(Admitter):
                     self._blocked[name] = blocked_by_head(w.id)
                     cur.clear()
                     continue
-                if verdict.reason is PendingReason.BORROWING_RUNTIME_LIMIT:
+                if alone:
                     cur.advance()  # one of its shape declaring a shorter runtime may borrow
                 else:
                     # Usage only grows within a cycle, so the shape fails again.

@@ -127,13 +127,16 @@ class QuotaTopology:
             for (_f, r), v in pool_map.items():
                 lendable[r] = lendable.get(r, 0) + v
 
-    def max_usage(self, cq: ClusterQueueName, flavor: FlavorName, r: ResourceName) -> int:
-        """The most q could ever hold of r on f with an otherwise idle cohort."""
+    def max_usage(
+        self, cq: ClusterQueueName, flavor: FlavorName, r: ResourceName, *, borrows: bool = True
+    ) -> int:
+        """The most q could ever hold of r on f with an otherwise idle cohort
+        (only its nominal quota for a workload that may not borrow)."""
         lim = self.limits.get((cq, flavor))
         if lim is None or r not in lim.nominal:
             return 0
         cohort = self.cohort_of[cq]
-        if cohort is None:
+        if cohort is None or not borrows:
             return lim.nominal[r]
         return min(lim.cap[r], lim.guaranteed[r] + self.pool[cohort].get((flavor, r), 0))
 

@@ -28,7 +28,6 @@ from queuemgr.core.model import (
     NodeName,
     Ordering,
     ResourceFlavor,
-    ShapeId,
     Workload,
     WorkloadId,
 )
@@ -103,7 +102,7 @@ class Config:
         return out
 
     @cached_property
-    def never_fits(self) -> dict[tuple[ClusterQueueName, ShapeId], Verdict | None]:
+    def never_fits(self) -> dict[tuple[object, ...], Verdict | None]:
         """Whether a shape can ever fit a queue depends on this config alone: memo it."""
         return {}
 

@@ -22,7 +22,10 @@ engine does, and a violation is counted, never repaired. Rules checked:
   resource without nominal quota is never used;
 - per cohort: pool use ``sum max(0, usage - guaranteed)`` stays within the
   pool ``sum (nominal - guaranteed)``, where ``guaranteed`` is
-  ``nominal - lending_limit`` if a lending limit is set, else 0.
+  ``nominal - lending_limit`` if a lending limit is set, else 0;
+- per ClusterQueue with a ``borrowing_max_runtime``, flavor and resource: what its
+  workloads that may not borrow (no declared ``max_runtime``, or a longer one) hold
+  stays within nominal. Each was admitted within nominal on top of all the others.
 """
 
 from __future__ import annotations
@@ -110,15 +113,34 @@ class InvariantChecker:
         self.checks += 1
         node_used: dict[tuple[NodeName, ResourceName], int] = {}
         usage: dict[tuple[ClusterQueueName, FlavorName], _Vec] = {}
+        unlent: dict[tuple[ClusterQueueName, FlavorName], _Vec] = {}  # held by non-borrowers
+        queues = self.config.cluster_queues
         for a in admitted:
             per_node, total = self._contribution(a)
             for key, v in per_node:
                 node_used[key] = node_used.get(key, 0) + v
-            q = usage.setdefault((a.admission.cluster_queue, a.admission.flavor), {})
+            at = (a.admission.cluster_queue, a.admission.flavor)
+            q = usage.setdefault(at, {})
             for r, v in total:
                 q[r] = q.get(r, 0) + v
+            cq = queues.get(a.admission.cluster_queue)
+            limit = None if cq is None else cq.borrowing_max_runtime
+            declared = a.workload.max_runtime
+            if limit is not None and (declared is None or declared > limit):
+                own = unlent.setdefault(at, {})
+                for r, v in total:
+                    own[r] = own.get(r, 0) + v
         self._check_nodes(node_used, snapshot)
         self._check_quota(usage, snapshot)
+        for (cq_name, flavor), vec in unlent.items():
+            fq = queues[cq_name].quota(flavor)
+            for r, v in vec.items():
+                nominal = 0 if fq is None else fq.nominal.get(r, 0)
+                if v > nominal:
+                    self._fail(
+                        f"ClusterQueue {cq_name} flavor {flavor}: workloads that may not "
+                        f"borrow hold {v} {r}, beyond nominal {nominal}"
+                    )
 
     def forget(self, wid: WorkloadId) -> None:
         """Drop the memo of a workload that is no longer admitted."""

@@ -61,3 +61,19 @@ def test_a_short_workload_of_the_same_shape_borrows_past_a_refused_long_one() ->
     assert res.admitted_ids() == {"b/short"}
     assert res.reason("b/long") is PendingReason.BORROWING_RUNTIME_LIMIT
 
+
+def test_past_its_nominal_quota_a_workload_that_may_not_borrow_is_inadmissible_alone() -> None:
+    # b's nominal is 8: a 16-GPU gang can only ever run by borrowing. Declaring no
+    # runtime it never may (Inadmissible); the same gang declaring an hour borrows.
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=16, cpu="192"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96").borrowing_max_runtime(HOUR),
+    )
+    world.node(make_nodes("n", 3))
+    forever = make_workload("forever").ns("b").gang(2).gpus(8).at(1.0)
+    hour = make_workload("hour").ns("b").gang(2).gpus(8).max_runtime(HOUR).at(2.0)
+    res = world.submit(forever, hour).run(now=3.0)
+    assert res.admitted_ids() == {"b/hour"}
+    assert res.reason("b/forever") is PendingReason.INADMISSIBLE
+    assert "it may not borrow for its max_runtime" in res.message("b/forever")
+    assert list(res.decisions.inadmissible) == ["b/forever"]
