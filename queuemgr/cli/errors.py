@@ -102,6 +102,12 @@ def handled(f: F) -> F:
                 _die(_denied(exc), EXIT_FAILURE)
             if isinstance(getattr(exc, "orig", None), psycopg.errors.InvalidParameterValue):
                 _die(_first_line(exc), EXIT_BAD_INPUT)  # the submit function's checks
+            if isinstance(getattr(exc, "orig", None), psycopg.errors.UndefinedTable):
+                _die(
+                    f"database error: {_first_line(exc)}: the database lacks queuemgr's "
+                    "tables; create them with `queuemgr db upgrade`",
+                    EXIT_FAILURE,
+                )
             if debug:
                 traceback.print_exc()
             first = str(getattr(exc, "orig", None) or exc).strip().splitlines()

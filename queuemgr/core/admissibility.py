@@ -49,7 +49,12 @@ def _never_fits(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None
             r, v, most = over[0]
             why.append(
                 f"{fq.flavor}: needs {v} {r}, quota allows at most {most}"
-                + ("" if borrows else " (its nominal quota: it may not borrow for its max_runtime)")
+                + (
+                    ""
+                    if borrows
+                    else f" (its nominal quota: it may borrow only if it declares a "
+                    f"max_runtime of at most {cq.borrowing_max_runtime:g} s)"
+                )
             )
         elif not fits_empty(nodes, fq.flavor, w.shape, w.pod_sets):
             why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")

@@ -63,3 +63,14 @@ def test_an_unknown_revision_exits_1(database_url: str) -> None:
 def test_downgrade_needs_a_revision() -> None:
     result = CliRunner().invoke(main, ["db", "downgrade"])
     assert result.exit_code == 2
+
+
+def test_a_command_on_a_database_without_the_schema_says_to_upgrade(
+    empty_database_url: str,
+) -> None:
+    result = CliRunner().invoke(
+        main, ["cq", "describe", "team-a"], env={"QUEUEMGR_DATABASE_URL": empty_database_url}
+    )
+    assert result.exit_code == 1, result.output
+    assert "does not exist" in result.output and "queuemgr db upgrade" in result.output
+    assert "Traceback" not in result.output
