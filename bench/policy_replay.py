@@ -278,6 +278,8 @@ def run(
     out["max per wl"] = float(tally.most_per_workload)
     out["wasted"] = float(tally.wasted)
     out["lost share"] = tally.lost_gpu_seconds / delivered if delivered else None
+    res = engine.result  # jobs the run ended without finishing: their waits are not counted
+    out["unfinished"] = float(res.pending_at_end + res.running_at_end + res.not_submitted)
     out["wall s"] = spent
     return out
 
@@ -485,6 +487,7 @@ def main() -> None:
         "max per wl",
         "wasted",
         "lost share",
+        "unfinished",
         "wall s",
     ]
     print(
