@@ -98,7 +98,7 @@ from queuemgr.core.model import Workload  # noqa: E402
 from queuemgr.store.database import create_engine  # noqa: E402
 from queuemgr.store.embedded import EmbeddedPostgres  # noqa: E402
 from queuemgr.store.leadership import LEASE_TTL  # noqa: E402
-from tests.integration.service.helpers import wait_for  # noqa: E402
+from tests.integration.controller.helpers import wait_for  # noqa: E402
 from tests.integration.service.processes import (  # noqa: E402
     ServeProcess,
     StoreChecker,

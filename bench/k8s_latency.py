@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kubernetes import client
 from sqlalchemy import text
 
-from queuemgr.controller.kube_config import KubernetesSettings
+from queuemgr.controller.kube_section import KubernetesSettings
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
@@ -47,8 +47,8 @@ from queuemgr.k8s.jobapi import KindApi
 from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.reflector import Change, Reflector
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
-from queuemgr.store import config as store_config
+from queuemgr.service.settings import ServiceConfig
+from queuemgr.store import config_objects as store_config
 from queuemgr.store import migrate
 from queuemgr.store.database import create_engine
 from queuemgr.store.embedded import embedded_server

@@ -39,7 +39,7 @@ from sqlalchemy.engine import Engine, make_url
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
+from queuemgr.service.settings import ServiceConfig
 from queuemgr.store import codec, migrate
 from queuemgr.store.database import create_engine, resolve_url
 

@@ -32,7 +32,7 @@ from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.scenario import parse_scenario
 from queuemgr.store import admin, codec
-from queuemgr.store.config import (
+from queuemgr.store.config_objects import (
     load_config,
     os_actor,
     upsert_cluster_queue,

@@ -29,7 +29,7 @@ from queuemgr.core.model import (
 from queuemgr.core.snapshot import Config
 from queuemgr.spec.objects import parse_taints
 from queuemgr.store import admin, codec
-from queuemgr.store.config import (
+from queuemgr.store.config_objects import (
     ensure_cohort,
     load_config,
     os_actor,

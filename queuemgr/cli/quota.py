@@ -30,7 +30,7 @@ from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota, Workl
 from queuemgr.core.resources import ResourceName, parse_resource_name
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.store import admin, codec
-from queuemgr.store.config import os_actor, upsert_cluster_queue
+from queuemgr.store.config_objects import os_actor, upsert_cluster_queue
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict
 

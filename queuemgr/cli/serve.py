@@ -21,7 +21,7 @@ import click
 
 from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.service.app import Service
-from queuemgr.service.config import load_config
+from queuemgr.service.settings import load_config
 from queuemgr.spec.checks import InputError
 from queuemgr.store.database import DatabaseError
 

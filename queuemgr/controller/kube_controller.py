@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from queuemgr.controller.kube_backend import KubernetesBackend
-from queuemgr.controller.kube_config import KubernetesSettings
 from queuemgr.controller.kube_readiness import PodsReadyCheck
+from queuemgr.controller.kube_section import KubernetesSettings
 from queuemgr.controller.kube_status import StatusWriter
 from queuemgr.controller.kube_sync import JobSync
 from queuemgr.controller.ports import Clock
@@ -32,7 +32,7 @@ from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
-from queuemgr.store.jobsync import flavor
+from queuemgr.store.job_rows import flavor
 
 if TYPE_CHECKING:
     from queuemgr.controller.leader import LeaderElector

@@ -38,7 +38,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.controller.kube_backend import KubernetesBackend
-from queuemgr.controller.kube_config import PodsReadySettings
+from queuemgr.controller.kube_section import PodsReadySettings
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import BackendError, Clock
 from queuemgr.controller.worker import Worker
@@ -52,7 +52,7 @@ from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Obj
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.store.jobsync import RowState, mark_pods_ready, unfinished
+from queuemgr.store.job_rows import RowState, mark_pods_ready, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import HELD_REASON
 from queuemgr.store.transitions import evict, finish_workload, requeue_workload

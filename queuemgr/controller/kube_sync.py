@@ -51,8 +51,8 @@ from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.priority import job_priority
 from queuemgr.k8s.reflector import Change, Obj, key_of
-from queuemgr.store import config as store_config
-from queuemgr.store.jobsync import RowState, row_states, unfinished
+from queuemgr.store import config_objects as store_config
+from queuemgr.store.job_rows import RowState, row_states, unfinished
 from queuemgr.store.transitions import finish_workload, resubmit_workload, submit_many
 from queuemgr.store.workloads import StateConflict, WorkloadExists
 

@@ -2,7 +2,7 @@
 
 Why it exists: the webhook (``queuemgr.k8s``) judges a job against a LocalQueue's
 ClusterQueue, its flavors' quota and node shapes, and, on an update, against
-what the store holds as admitted; ``queuemgr.store.directory`` reads exactly
+what the store holds as admitted; ``queuemgr.store.webhook_lookups`` reads exactly
 these from Postgres. Both sides speak these values, so nothing is copied
 field by field between a store record and a webhook view.
 

@@ -48,8 +48,8 @@ from queuemgr.demo.demo_figures import (
 )
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
-from queuemgr.store.config import load_config
+from queuemgr.service.settings import ServiceConfig
+from queuemgr.store.config_objects import load_config
 from queuemgr.store.database import create_engine
 from queuemgr.store.readouts import WorkloadProgress, workload_progress
 from queuemgr.store.transitions import submit_workload

@@ -39,7 +39,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from queuemgr.k8s.patch import Operation, pointer
-from queuemgr.k8s.webhookconfig import MUTATING_NAME, VALIDATING_NAME
+from queuemgr.k8s.webhook_registration import MUTATING_NAME, VALIDATING_NAME
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from queuemgr.core.directory import AdmittedView, ClusterQueueView
 from queuemgr.core.model import PodSet
 from queuemgr.core.resources import GPU, ResourceName, Resources, fits, format_quantity
-from queuemgr.k8s.directory import QueueDirectory
+from queuemgr.k8s.queue_directory import QueueDirectory
 from queuemgr.k8s.selectors import LabelSelector
 
 
@@ -92,7 +92,7 @@ def queue_problems(
     settings: WebhookSettings,
 ) -> list[str]:
     """Rules 1-4 for a job sent to LocalQueue ``namespace/queue`` (may raise
-    :class:`~queuemgr.k8s.directory.DirectoryUnavailable`)."""
+    :class:`~queuemgr.k8s.queue_directory.DirectoryUnavailable`)."""
     cq_name = directory.local_queue(namespace, queue)
     if cq_name is None:
         hint = _suggest(queue, directory.local_queues(namespace), namespace)

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~queuemgr.k8s.directory.QueueDirectory`: a testing module.
+"""An in-memory :class:`~queuemgr.k8s.queue_directory.QueueDirectory`: a testing module.
 
 Why it exists: the webhook's rules are tested as pure functions over dicts;
 they need a directory that answers from a few core objects and can be made to
@@ -8,7 +8,7 @@ step with the Protocol.
 What must stay true: it answers exactly as the store-backed directory does for
 the same objects (a node counts for every flavor whose labels it carries and
 only while schedulable; node shapes are distinct); ``available = False``
-makes every call raise :class:`~queuemgr.k8s.directory.DirectoryUnavailable`.
+makes every call raise :class:`~queuemgr.k8s.queue_directory.DirectoryUnavailable`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from queuemgr.core.model import (
     Workload,
 )
 from queuemgr.core.resources import Resources
-from queuemgr.k8s.directory import DirectoryUnavailable
+from queuemgr.k8s.queue_directory import DirectoryUnavailable
 
 
 class InMemoryDirectory:

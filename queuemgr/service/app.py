@@ -3,7 +3,7 @@
 Why it exists: the loop, the elector, the listener and the HTTP server only
 know ports and each other's narrow methods; :class:`Service` builds the
 concrete pieces (store engine, backend, metrics, APScheduler job) from a
-:class:`~queuemgr.service.config.ServiceConfig` and starts and stops them in
+:class:`~queuemgr.service.settings.ServiceConfig` and starts and stops them in
 order.
 
 What must stay true: the service never migrates the database (an operator
@@ -21,6 +21,7 @@ import threading
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+from queuemgr.controller.admission_webhook import AdmissionWebhook
 from queuemgr.controller.kube_controller import KubeController
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.listener import NotifyListener
@@ -28,15 +29,14 @@ from queuemgr.controller.loop import SchedulerLoop
 from queuemgr.controller.ports import Clock, ClusterBackend, SystemClock
 from queuemgr.controller.simulated import SimulatedBackend, load_cluster_file
 from queuemgr.controller.ticker import Ticker
-from queuemgr.controller.webhook import AdmissionWebhook
 from queuemgr.core.model import Node
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.tally import PreemptionTally
 from queuemgr.metrics import SchedulerMetrics
-from queuemgr.service.config import ServiceConfig
 from queuemgr.service.http import HttpServer
+from queuemgr.service.settings import ServiceConfig
 from queuemgr.spec.knobs import policy_knobs
-from queuemgr.store import config as store_config
+from queuemgr.store import config_objects as store_config
 from queuemgr.store.database import (
     URL_ENV,
     DatabaseError,

@@ -4,7 +4,7 @@ Layering: ``store`` imports ``core`` and third-party database packages, never
 ``sim``, ``k8s``, ``metrics``, ``controller``, ``service`` or ``demo``
 (``.importlinter`` checks it).
 Entry points: :func:`queuemgr.store.database.resolve_url` picks the database,
-:mod:`queuemgr.store.migrate` migrates it, :mod:`queuemgr.store.config` and
+:mod:`queuemgr.store.migrate` migrates it, :mod:`queuemgr.store.config_objects` and
 :mod:`queuemgr.store.workloads`, :mod:`queuemgr.store.decisions` and
 :mod:`queuemgr.store.transitions` write to it, and
 :func:`queuemgr.store.repository.load_state` reads one cycle's inputs.

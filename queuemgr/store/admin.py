@@ -23,7 +23,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
-from queuemgr.store.config import _cluster_queue_json, _flavor_of, _one, audit_change
+from queuemgr.store.config_objects import _cluster_queue_json, _flavor_of, _one, audit_change
 from queuemgr.store.models import (
     AuditLogRow,
     ClusterQueueQuota,

@@ -45,7 +45,7 @@ from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, admitted_requests
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
-from queuemgr.store.config import load_config
+from queuemgr.store.config_objects import load_config
 from queuemgr.store.decisions import Persisted
 from queuemgr.store.live import LiveRow, Status, read_live, read_stopping
 from queuemgr.store.state import StoredState, with_claims

@@ -106,7 +106,13 @@ def test_fractional_gib_in_a_trace_is_rounded_up(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text(TRACE_HEADER + "1,team-a,0,10,1,1,2,29.8018,\n")
     code, out, err = simulate(
-        str(QUICKSTART), "--trace", str(trace), "--events", "-", "--summary", str(tmp_path / "s.json")
+        str(QUICKSTART),
+        "--trace",
+        str(trace),
+        "--events",
+        "-",
+        "--summary",
+        str(tmp_path / "s.json"),
     )
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]

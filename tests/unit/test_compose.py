@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from queuemgr.controller.webhook_config import WEBHOOK_ENV
-from queuemgr.service.config import ENV, load_config
+from queuemgr.controller.webhook_section import WEBHOOK_ENV
+from queuemgr.service.settings import ENV, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

@@ -21,16 +21,16 @@ import pytest
 import yaml
 
 from queuemgr.cli.apply import load_queues_file
-from queuemgr.controller.webhook_config import WebhookConfig, load_webhook_config
+from queuemgr.controller.webhook_section import WebhookConfig, load_webhook_config
 from queuemgr.core.model import Node, NodeName
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.certs import service_dns_names
-from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import KINDS, QUEUE_LABEL, job_for
 from queuemgr.k8s.rules import WebhookSettings, queue_problems
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.webhookconfig import service_client_config, webhook_configurations
-from queuemgr.service.config import BACKENDS, load_config
+from queuemgr.k8s.testing import InMemoryDirectory
+from queuemgr.k8s.webhook_registration import service_client_config, webhook_configurations
+from queuemgr.service.settings import BACKENDS, load_config
 from tests.controlplane import build
 
 ROOT = Path(__file__).resolve().parents[2]

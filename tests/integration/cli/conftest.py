@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from queuemgr.cli.main import main
 from queuemgr.core.model import Node, NodeName
 from queuemgr.core.resources import ResourceName
-from queuemgr.store.config import upsert_node
+from queuemgr.store.config_objects import upsert_node
 
 QUEUES = """\
 flavors:

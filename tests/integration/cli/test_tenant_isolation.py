@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
+from queuemgr.service.settings import ServiceConfig
 from queuemgr.store.database import DatabaseError
 from queuemgr.store.leadership import NAMESPACE
 from tests.integration.cli.conftest import Login, dsn, no_traceback
-from tests.integration.service.helpers import make_loop
+from tests.integration.controller.helpers import make_loop
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from queuemgr.store.repository import load_state
 from queuemgr.store.usage import sample_usage, save_queue_usage
 from tests.integration.cli.conftest import Invoke, no_traceback
-from tests.integration.service.helpers import run_one_cycle
+from tests.integration.controller.helpers import run_one_cycle
 
 pytestmark = pytest.mark.integration
 HOUR = 3600.0

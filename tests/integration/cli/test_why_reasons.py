@@ -26,7 +26,7 @@ from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store.leadership import record_leader
 from queuemgr.store.transitions import requeue_workload
 from tests.integration.cli.conftest import Invoke
-from tests.integration.service.helpers import make_loop, run_one_cycle
+from tests.integration.controller.helpers import make_loop, run_one_cycle
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import Engine, text
 
-from queuemgr.controller.k8s_directory import StoreQueueDirectory
-from queuemgr.controller.kube_config import KubernetesSettings, PodsReadySettings
+from queuemgr.controller.kube_section import KubernetesSettings, PodsReadySettings
+from queuemgr.controller.store_directory import StoreQueueDirectory
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
@@ -38,17 +38,17 @@ from queuemgr.core.model import (
     ResourceFlavor,
 )
 from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, patch_ca_bundle
 from queuemgr.k8s.certs import StaticCertificates, generate
 from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.server import WebhookServer
-from queuemgr.k8s.webhook import AdmissionHandler
-from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
+from queuemgr.k8s.webhook_registration import url_client_config, webhook_configurations
+from queuemgr.k8s.webhook_server import WebhookServer
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
-from queuemgr.store import config as store_config
+from queuemgr.service.settings import ServiceConfig
+from queuemgr.store import config_objects as store_config
 from tests.controlplane.harness import ControlPlane, add_gpu_node, set_pod_phase, wait_for
 
 GPU = ResourceName("nvidia.com/gpu")

@@ -19,8 +19,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import text
 
-from queuemgr.controller.kube_config import PodsReadySettings
 from queuemgr.controller.kube_readiness import REQUEUE_COUNT
+from queuemgr.controller.kube_section import PodsReadySettings
 from queuemgr.k8s.jobstatus import REASON_ANNOTATION
 from tests.controlplane.harness import wait_for
 from tests.integration.k8s.kube_env import (

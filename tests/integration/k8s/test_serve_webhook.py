@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from queuemgr.k8s.apiserver import trust_ca
 from queuemgr.k8s.certs import generate
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
+from queuemgr.k8s.webhook_registration import url_client_config, webhook_configurations
 from tests.controlplane.harness import ControlPlane, wait_for
 from tests.integration.k8s.webhook_fixture import NAME_LABEL, denied, job, wait_until_called
 from tests.integration.service.processes import ServeProcess, free_port, write_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from queuemgr.controller.k8s_directory import StoreQueueDirectory
+from queuemgr.controller.store_directory import StoreQueueDirectory
 from queuemgr.core.cycle import schedule
 from queuemgr.core.directory import ClusterQueueView
 from queuemgr.core.model import (
@@ -21,12 +21,12 @@ from queuemgr.core.model import (
     TaintEffect,
 )
 from queuemgr.core.resources import ResourceName
-from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
-from queuemgr.k8s.testing import InMemoryDirectory
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.jobs import QUEUE_LABEL, job_for
-from queuemgr.k8s.webhook import AdmissionHandler
+from queuemgr.k8s.queue_directory import DirectoryUnavailable, QueueDirectory
+from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.store import decisions as store_decisions
-from queuemgr.store.config import (
+from queuemgr.store.config_objects import (
     upsert_cluster_queue,
     upsert_flavor,
     upsert_local_queue,
@@ -36,7 +36,7 @@ from queuemgr.store.database import create_engine
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import submit_workload
 from tests.unit.k8s.helpers import manifest
-from tests.unit.k8s.test_webhook import review
+from tests.unit.k8s.test_admission_handler import review
 
 pytestmark = pytest.mark.integration
 

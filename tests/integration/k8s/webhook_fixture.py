@@ -29,15 +29,15 @@ from queuemgr.core.model import (
     ResourceFlavor,
 )
 from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, patch_ca_bundle
 from queuemgr.k8s.certs import StaticCertificates, generate
-from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.server import WebhookServer
-from queuemgr.k8s.webhook import AdmissionHandler
-from queuemgr.k8s.webhookconfig import url_client_config, webhook_configurations
+from queuemgr.k8s.testing import InMemoryDirectory
+from queuemgr.k8s.webhook_registration import url_client_config, webhook_configurations
+from queuemgr.k8s.webhook_server import WebhookServer
 from tests.controlplane.harness import wait_for
 
 GPU, CPU, MEM = ResourceName("nvidia.com/gpu"), ResourceName("cpu"), ResourceName("memory")

@@ -18,11 +18,11 @@ from queuemgr.controller.simulated import load_cluster_file
 from queuemgr.core.model import CohortName
 from queuemgr.service import app
 from queuemgr.service.app import Service, _seed_cluster
-from queuemgr.service.config import ConfigError, load_config
-from queuemgr.store.config import load_config as load_store_config
+from queuemgr.service.settings import ConfigError, load_config
+from queuemgr.store.config_objects import load_config as load_store_config
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.transitions import submit_workload
-from tests.integration.service.helpers import states, wait_for
+from tests.integration.controller.helpers import states, wait_for
 from tests.integration.store.helpers import gang
 
 pytestmark = pytest.mark.integration

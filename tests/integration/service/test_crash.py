@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.model import Workload
 from queuemgr.store.transitions import submit_workload
-from tests.integration.service.helpers import wait_for
+from tests.integration.controller.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,
     StoreChecker,

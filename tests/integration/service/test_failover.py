@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from queuemgr.store.leadership import holder_pid
 from queuemgr.store.transitions import submit_workload
-from tests.integration.service.helpers import states, wait_for
+from tests.integration.controller.helpers import states, wait_for
 from tests.integration.service.processes import (
     ServeProcess,
     admissions_per_workload,

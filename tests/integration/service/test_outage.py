@@ -22,7 +22,7 @@ from queuemgr.core.model import Workload
 from queuemgr.store import migrate
 from queuemgr.store.database import create_engine
 from queuemgr.store.embedded import EmbeddedPostgres
-from tests.integration.service.helpers import wait_for
+from tests.integration.controller.helpers import wait_for
 from tests.integration.service.processes import (
     ServeProcess,
     Submitter,

@@ -25,7 +25,7 @@ from queuemgr.core.model import (
     Workload,
 )
 from queuemgr.core.resources import ResourceName
-from queuemgr.store.config import (
+from queuemgr.store.config_objects import (
     upsert_cluster_queue,
     upsert_flavor,
     upsert_local_queue,

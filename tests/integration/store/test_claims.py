@@ -22,7 +22,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
-from queuemgr.store.config import upsert_node
+from queuemgr.store.config_objects import upsert_node
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState

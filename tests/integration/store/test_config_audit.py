@@ -20,7 +20,7 @@ from queuemgr.core.model import (
     QueueingStrategy,
     ReclaimWithinCohort,
 )
-from queuemgr.store.config import (
+from queuemgr.store.config_objects import (
     load_config,
     retire_nodes,
     upsert_cluster_queue,

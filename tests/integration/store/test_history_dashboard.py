@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import submit_workload
 from queuemgr.store.usage import sample_usage
-from tests.integration.service.helpers import run_one_cycle
+from tests.integration.controller.helpers import run_one_cycle
 from tests.integration.store.helpers import gang, seed_config
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import decisions as store_decisions
-from queuemgr.store.config import upsert_cluster_queue
+from queuemgr.store.config_objects import upsert_cluster_queue
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from queuemgr.core.model import FlavorName, ResourceFlavor
 from queuemgr.store import admin
-from queuemgr.store.config import upsert_flavor
+from queuemgr.store.config_objects import upsert_flavor
 from queuemgr.store.grants import grant
 from queuemgr.store.notify import CHANNEL
 

@@ -75,5 +75,7 @@ def test_past_its_nominal_quota_a_workload_that_may_not_borrow_is_inadmissible_a
     res = world.submit(forever, hour).run(now=3.0)
     assert res.admitted_ids() == {"b/hour"}
     assert res.reason("b/forever") is PendingReason.INADMISSIBLE
-    assert "it may borrow only if it declares a max_runtime of at most 3600 s" in res.message("b/forever")
+    assert "it may borrow only if it declares a max_runtime of at most 3600 s" in res.message(
+        "b/forever"
+    )
     assert list(res.decisions.inadmissible) == ["b/forever"]

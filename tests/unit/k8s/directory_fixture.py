@@ -16,8 +16,8 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.resources import ResourceName
-from queuemgr.k8s.testing import InMemoryDirectory
 from queuemgr.k8s.jobs import job_for
+from queuemgr.k8s.testing import InMemoryDirectory
 from tests.unit.k8s.helpers import manifest
 
 GPU, CPU, MEM = ResourceName("nvidia.com/gpu"), ResourceName("cpu"), ResourceName("memory")

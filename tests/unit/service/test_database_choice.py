@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from queuemgr.service.app import Service
-from queuemgr.service.config import ServiceConfig
+from queuemgr.service.settings import ServiceConfig
 from queuemgr.store import database
 from queuemgr.store.database import DatabaseError
 from queuemgr.store.embedded import EmbeddedPostgresError

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.service.config import ConfigError, load_config
+from queuemgr.service.settings import ConfigError, load_config
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,13 @@
 """The admission webhook's view of the system of record, read from Postgres.
 
 Why it exists: :mod:`queuemgr.k8s` defines the narrow
-:class:`~queuemgr.k8s.directory.QueueDirectory` port and may not import the
+:class:`~queuemgr.k8s.queue_directory.QueueDirectory` port and may not import the
 store; the controller layer, which may import both, implements it here over
-:mod:`queuemgr.store.directory`.
+:mod:`queuemgr.store.webhook_lookups`.
 
 What must stay true: each answer comes from one short read-only transaction
 (no lock held across requests); any database error becomes
-:class:`~queuemgr.k8s.directory.DirectoryUnavailable`, so the webhook applies
+:class:`~queuemgr.k8s.queue_directory.DirectoryUnavailable`, so the webhook applies
 its outage rule instead of failing the API server's call with a 500.
 """
 
@@ -20,8 +20,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.directory import AdmittedView, ClusterQueueView
-from queuemgr.k8s.directory import DirectoryUnavailable
-from queuemgr.store import directory as store
+from queuemgr.k8s.queue_directory import DirectoryUnavailable
+from queuemgr.store import webhook_lookups as store
 
 T = TypeVar("T")
 

@@ -9,16 +9,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.controller.testing import FakeClock
 from queuemgr.controller.loop import SERVICE_POLICY
+from queuemgr.controller.testing import FakeClock
 from queuemgr.core.model import ClusterQueueName, LocalQueue, WorkloadId
 from queuemgr.core.policy import Ordering, OverrunPolicy
 from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.store import codec
-from queuemgr.store.config import upsert_cluster_queue, upsert_local_queue
+from queuemgr.store.config_objects import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.leadership import NotLeader, holder_pid
 from queuemgr.store.transitions import evict, finish_workload, submit_workload
-from tests.integration.service.helpers import make_loop, placements, states
+from tests.integration.controller.helpers import make_loop, placements, states
 from tests.integration.store.helpers import CQ, GPU, gang, job, seed_config, seed_lenders
 
 pytestmark = pytest.mark.integration

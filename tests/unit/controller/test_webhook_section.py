@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from queuemgr.cli.main import main
-from queuemgr.controller.webhook_config import WEBHOOK_ENV, WebhookConfig
+from queuemgr.controller.webhook_section import WEBHOOK_ENV, WebhookConfig
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.service.config import ConfigError, load_config
+from queuemgr.service.settings import ConfigError, load_config
 
 
 def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> WebhookConfig:

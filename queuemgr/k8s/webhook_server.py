@@ -3,7 +3,7 @@
 Why it exists: the API server POSTs AdmissionReviews over TLS and waits at
 most the configuration's ``timeoutSeconds`` for an answer. This is a small
 threaded server from the standard library around
-:class:`~queuemgr.k8s.webhook.AdmissionHandler`; a request's work is a few
+:class:`~queuemgr.k8s.admission_handler.AdmissionHandler`; a request's work is a few
 indexed reads, so threads are plenty.
 
 What must stay true:
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.certs import CertificateSource
 from queuemgr.k8s.review import BadReview
-from queuemgr.k8s.webhook import AdmissionHandler
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ labelled job it creates, so every replica serves the webhook, the leader and
 the standbys alike (the webhook only reads the store). This module puts
 together what :mod:`queuemgr.k8s` provides for one replica, from the
 ``webhook:`` section of the configuration
-(:class:`~queuemgr.controller.webhook_config.WebhookConfig`):
+(:class:`~queuemgr.controller.webhook_section.WebhookConfig`):
 
 - the certificate: a mounted TLS Secret (reloaded when cert-manager rotates
   it) or a CA and serving certificate generated at start;
@@ -30,9 +30,10 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from queuemgr.controller.k8s_directory import StoreQueueDirectory
-from queuemgr.controller.webhook_config import WebhookConfig
+from queuemgr.controller.store_directory import StoreQueueDirectory
+from queuemgr.controller.webhook_section import WebhookConfig
 from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.apiclient import ApiClient, KubernetesUnavailable, load_api_client
 from queuemgr.k8s.apiserver import ApiNamespaceLabels, trust_ca
 from queuemgr.k8s.certs import (
@@ -43,8 +44,7 @@ from queuemgr.k8s.certs import (
     service_dns_names,
 )
 from queuemgr.k8s.rules import WebhookSettings
-from queuemgr.k8s.server import WebhookServer
-from queuemgr.k8s.webhook import AdmissionHandler
+from queuemgr.k8s.webhook_server import WebhookServer
 
 log = logging.getLogger(__name__)
 

@@ -53,11 +53,11 @@ from queuemgr.core.reasons import Decisions, Eviction
 from queuemgr.core.snapshot import Config
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.app import _seed_cluster
-from queuemgr.service.config import ServiceConfig
+from queuemgr.service.settings import ServiceConfig
 from queuemgr.sim.engine import Engine as SimEngine
 from queuemgr.sim.engine import Event
 from queuemgr.spec.scenario import Scenario, SimWorkload, load_scenario
-from queuemgr.store.config import load_config
+from queuemgr.store.config_objects import load_config
 from queuemgr.store.transitions import submit_workload
 
 pytestmark = pytest.mark.integration

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from queuemgr.k8s.testing import InMemoryDirectory
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.jobs import PLACEMENT_ANNOTATION, QUEUE_LABEL, job_for
 from queuemgr.k8s.review import BadReview
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.webhook import AdmissionHandler
+from queuemgr.k8s.testing import InMemoryDirectory
 from tests.unit.k8s.directory_fixture import directory
 from tests.unit.k8s.helpers import apply_patch, decode_patch, manifest
 

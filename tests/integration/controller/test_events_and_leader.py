@@ -26,7 +26,7 @@ from queuemgr.store.leadership import (
 )
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import submit_workload
-from tests.integration.service.helpers import make_loop, placements, states, wait_for
+from tests.integration.controller.helpers import make_loop, placements, states, wait_for
 from tests.integration.store.helpers import gang, seed_config
 
 pytestmark = pytest.mark.integration

@@ -5,7 +5,7 @@ LocalQueue exist, which ClusterQueue it feeds, which namespaces that admits,
 what its flavors' nodes can hold) and, on an update, against what the store
 has admitted. ``queuemgr.k8s`` may not import the store, so it asks through
 :class:`QueueDirectory`; the implementation over Postgres lives in the
-controller layer (``queuemgr.controller.k8s_directory``), and
+controller layer (``queuemgr.controller.store_directory``), and
 :class:`~queuemgr.k8s.testing.InMemoryDirectory` serves tests.
 
 What must stay true: answers are the read-only views of ``queuemgr.core.directory``

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from queuemgr.core.directory import AdmittedView
-from queuemgr.k8s.directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.jobs import QUEUE_LABEL, GenericJob, UnknownKind, job_for
 from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.queue_directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.review import (
     AdmissionRequest,
     BadReview,

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.controller.testing import FakeBackend
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
 from queuemgr.controller.ports import Clock, SystemClock
+from queuemgr.controller.testing import FakeBackend
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics
 

@@ -16,6 +16,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from queuemgr.k8s.admission_handler import AdmissionHandler
 from queuemgr.k8s.certs import (
     FileCertificates,
     ServingCertificate,
@@ -26,16 +27,15 @@ from queuemgr.k8s.certs import (
 )
 from queuemgr.k8s.jobs import KINDS, QUEUE_LABEL
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.server import MAX_BODY, WebhookServer
-from queuemgr.k8s.webhook import AdmissionHandler
-from queuemgr.k8s.webhookconfig import (
+from queuemgr.k8s.webhook_registration import (
     service_client_config,
     url_client_config,
     webhook_configurations,
 )
+from queuemgr.k8s.webhook_server import MAX_BODY, WebhookServer
 from tests.unit.k8s.directory_fixture import directory
 from tests.unit.k8s.helpers import decode_patch, manifest
-from tests.unit.k8s.test_webhook import labelled, review
+from tests.unit.k8s.test_admission_handler import labelled, review
 
 CERT = generate(
     dns_names=service_dns_names("queuemgr", "queuemgr-system"), ip_addresses=["127.0.0.1"]

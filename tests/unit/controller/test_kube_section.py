@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from queuemgr.controller.kube_config import PodsReadySettings
 from queuemgr.controller.kube_readiness import expected_pods, requeue_count
+from queuemgr.controller.kube_section import PodsReadySettings
 from queuemgr.controller.kube_sync import owned_by_managed_kind
-from queuemgr.service.config import ConfigError, load_config
+from queuemgr.service.settings import ConfigError, load_config
 
 FULL = """
 backend: kubernetes

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from queuemgr.controller.kube_config import KubernetesSettings, parse_kubernetes
-from queuemgr.controller.webhook_config import WebhookConfig, load_webhook_config
+from queuemgr.controller.kube_section import KubernetesSettings, parse_kubernetes
+from queuemgr.controller.webhook_section import WebhookConfig, load_webhook_config
 from queuemgr.core.names import NameRule
 from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.spec import checks as y
@@ -92,11 +92,11 @@ def load_config(path: Path | None, env: Mapping[str, str] | None = None) -> Serv
         if env.get(var):
             values[key] = (env[var], var)
     config = _build(values, base)
-    try:  # its own keys and QUEUEMGR_WEBHOOK_* variables (controller/webhook_config.py)
+    try:  # its own keys and QUEUEMGR_WEBHOOK_* variables (controller/webhook_section.py)
         webhook = load_webhook_config(webhook_raw, env, base)
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-    try:  # its own keys and QUEUEMGR_KUBECONFIG (controller/kube_config.py)
+    try:  # its own keys and QUEUEMGR_KUBECONFIG (controller/kube_section.py)
         kubernetes = parse_kubernetes(kubernetes_raw, base, env.get(KUBECONFIG_ENV) or None)
     except InputError as exc:
         raise ConfigError(str(exc)) from None

@@ -1,7 +1,7 @@
 """The ``webhook:`` section of the service configuration, and its ``QUEUEMGR_WEBHOOK_*`` vars.
 
 Why it exists: every replica of ``queuemgr serve`` can serve the admission
-webhook (:mod:`queuemgr.k8s.webhook`) beside its scheduler. Where it
+webhook (:mod:`queuemgr.k8s.admission_handler`) beside its scheduler. Where it
 listens, where its certificate comes from and which webhook configurations
 get its CA are deployment facts, so they live in the configuration file (a
 ConfigMap) with per-pod overrides from the environment (the namespace from
@@ -10,7 +10,7 @@ change both together.
 
 What must stay true: like the rest of the configuration, each value is
 checked before anything starts and a bad one raises
-:class:`~queuemgr.service.config.ConfigError`'s base class with a message
+:class:`~queuemgr.service.settings.ConfigError`'s base class with a message
 that starts with the YAML key (``webhook.address``) or the variable
 (``QUEUEMGR_WEBHOOK_ADDRESS``); the variable wins over the file. An enabled
 webhook has exactly one certificate source: ``cert_dir`` (a mounted
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from queuemgr.core.resources import GPU
 from queuemgr.k8s.selectors import LabelSelector
-from queuemgr.k8s.webhookconfig import MUTATING_NAME, VALIDATING_NAME
+from queuemgr.k8s.webhook_registration import MUTATING_NAME, VALIDATING_NAME
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
 
