@@ -80,7 +80,7 @@ class JobSync(Worker):
         clock: Clock,
         batch: int = 500,
     ) -> None:
-        super().__init__("queuemgr-jobsync")
+        super().__init__("queuemgr-kube-sync")
         self._engine = engine
         self._watch = watch
         self._is_leader = is_leader
