@@ -8,7 +8,9 @@ embedded Postgres whose data lives under the user's data directory
 What must stay true: every engine speaks psycopg 3 (``postgresql+psycopg``),
 whatever spelling of the URL the user gave; a URL that cannot be used raises
 :class:`DatabaseError` with a message fit for the user, never a bare driver
-exception.
+exception (:class:`DatabaseError` is a
+:class:`~queuemgr.store.errors.StoreError`, like every database failure the
+store reports). Engines are made here, for :class:`queuemgr.store.handle.Database`.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
 from queuemgr.store.embedded import EmbeddedPostgresError, embedded_url
+from queuemgr.store.errors import StoreError
 
 URL_ENV = "QUEUEMGR_DATABASE_URL"
 DATA_DIR_ENV = "QUEUEMGR_DATA_DIR"
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(StoreError):
     """The database cannot be reached or used; the message is for the user."""
 
 
