@@ -57,6 +57,8 @@ from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.store.decisions import Persisted, persist_decisions
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads
@@ -129,6 +131,7 @@ class SchedulerLoop:
         if policy.victim_stop_delay:
             raise ValueError("victim_stop_delay is the simulator's: the service waits for pods")
         self._engine = engine
+        self._db = Database(engine)
         self._backend = backend
         self._clock = clock
         self._elector = elector
@@ -178,7 +181,7 @@ class SchedulerLoop:
         phases = _Phases()
         finished = self._record_finished(token, now)
         phases.done("finish")
-        state = self._mirror.refresh(self._engine, now=now)
+        state = self._mirror.refresh(self._db, now=now)
         self._next_requeue = state.next_requeue()
         self._usage.advance(now)
         held = self._mirror.held_by_queue()  # what _held_by_queue(state.admitted) gives
@@ -363,7 +366,7 @@ class SchedulerLoop:
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
-        state = self._mirror.refresh(self._engine, now=self._clock.now())
+        state = self._mirror.refresh(self._db, now=self._clock.now())
         with self._engine.connect() as conn:
             victims = evicted_workloads(conn)
         # Stops first, as a cycle's apply does: an admitted gang may be placed on the
@@ -425,7 +428,7 @@ class SchedulerLoop:
             except StateConflict as exc:  # lost a race; the next cycle sees the new rows
                 log.warning("cycle rolled back: %s", exc)
                 self._wake.set()
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, StoreError) as exc:
                 self._failed(str(exc).splitlines()[0])
                 log.warning("cycle failed, database unavailable? retrying in %.1fs", backoff)
                 self._stopping.wait(backoff)

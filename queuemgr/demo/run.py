@@ -51,6 +51,7 @@ from queuemgr.service.app import Service
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.store.config_objects import load_config
 from queuemgr.store.database import create_engine
+from queuemgr.store.handle import Database
 from queuemgr.store.readouts import WorkloadProgress, workload_progress
 from queuemgr.store.transitions import submit_workload
 
@@ -218,7 +219,7 @@ class Demo:
         """Submit what is due, read the database once, and describe what changed."""
         assert self.started is not None
         self._submit_due(self._clock())
-        rows = workload_progress(self.engine)
+        rows = workload_progress(Database(self.engine))
         return self._frame(rows, self._clock())
 
     def _submit_due(self, now: float) -> None:
@@ -362,7 +363,7 @@ class Demo:
     def summary(self, outcome: str) -> Summary:
         """The run's figures from the database rows (and the service's decision counters)."""
         now = self._clock()
-        rows = workload_progress(self.engine)
+        rows = workload_progress(Database(self.engine))
         self.waiting = [r.id for r in rows if r.state in QUEUED]
         tenants, span, utilization = summarize_rows(rows, capacity=self.gpu_capacity, now=now)
         admissions, preemptions = self._counters()

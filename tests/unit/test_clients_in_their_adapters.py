@@ -22,12 +22,6 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 
 # Modules still driving SQLAlchemy themselves (engines, transactions, their types).
 SQL_NOT_YET_BEHIND_THE_STORE = {
-    "cli/apply.py",
-    "cli/common.py",
-    "cli/completion.py",
-    "cli/errors.py",
-    "cli/explain.py",
-    "cli/views.py",
     "controller/store_directory.py",
     "controller/kube_controller.py",
     "controller/kube_readiness.py",

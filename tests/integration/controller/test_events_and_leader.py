@@ -15,6 +15,7 @@ from queuemgr.controller.leader import REJOIN_HEARTBEATS, LeaderElector
 from queuemgr.controller.listener import NotifyListener
 from queuemgr.controller.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.core.cycle import schedule
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import (
     FENCED_IDLE_TIMEOUT,
     NotLeader,
@@ -160,7 +161,7 @@ def test_an_old_leader_that_lost_its_lock_cannot_commit(engine: Engine) -> None:
         token = old_elector.token
         assert token is not None
         # The old leader computes its decisions, then pauses ...
-        state = load_state(engine)
+        state = load_state(Database(engine))
         snapshot = dataclasses.replace(state.snapshot(), policy=SERVICE_POLICY)
         decisions = schedule(snapshot, time.time())
         assert decisions.admitted
