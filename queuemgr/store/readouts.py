@@ -116,6 +116,11 @@ class Occupancy:
 _HELD = {"scheduler_lease": "epoch > 0"}
 
 
+def require_schema(conn: Connection) -> None:
+    """Read nothing from ``workloads``: fails (a StoreError on the way out) where it is missing."""
+    conn.execute(text("SELECT 1 FROM workloads LIMIT 0"))
+
+
 def occupancy(conn: Connection) -> Occupancy:
     """The tables of the connection's default schema that hold something."""
     ours = set(Base.metadata.tables)

@@ -48,7 +48,7 @@ def _terminate(engine: Engine, pid: int) -> None:
 class Replica:
     def __init__(self, engine: Engine, name: str) -> None:
         self.loop, self.elector, self.backend = make_loop(engine, replica=name)
-        self.listener = NotifyListener(engine, self.loop.wake)
+        self.listener = NotifyListener(Database(engine), self.loop.wake)
 
     def start(self) -> None:
         self.loop.start()
@@ -126,8 +126,8 @@ def test_a_replica_that_lost_the_lease_lets_a_standby_take_it_first(engine: Engi
     step, and won whenever its heartbeat came before the standby's try: the failover
     test's standby then never led (CI failed on it once)."""
     retry = 0.2
-    old = LeaderElector(engine, replica="old", retry_interval=retry)
-    standby = LeaderElector(engine, replica="standby", retry_interval=retry)
+    old = LeaderElector(Database(engine), replica="old", retry_interval=retry)
+    standby = LeaderElector(Database(engine), replica="standby", retry_interval=retry)
     try:
         assert old.step()
         token = old.token

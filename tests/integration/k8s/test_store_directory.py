@@ -124,7 +124,7 @@ def directories(engine: Engine) -> tuple[StoreQueueDirectory, InMemoryDirectory]
         local_queues=LOCAL_QUEUES,
         admitted=admitted,
     )
-    return StoreQueueDirectory(engine), fake
+    return StoreQueueDirectory(Database(engine)), fake
 
 
 def _comparable(view: ClusterQueueView | None) -> object:
@@ -201,8 +201,8 @@ def test_an_unreachable_database_is_unavailable_not_an_error() -> None:
     engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2")
     try:
         with pytest.raises(DirectoryUnavailable, match="the queuemgr database"):
-            StoreQueueDirectory(engine).local_queue("team-a", "default")
-        out = AdmissionHandler(StoreQueueDirectory(engine)).validate(
+            StoreQueueDirectory(Database(engine)).local_queue("team-a", "default")
+        out = AdmissionHandler(StoreQueueDirectory(Database(engine))).validate(
             review("CREATE", manifest("job-gpu"))
         )
         assert out["response"]["allowed"] is True and out["response"]["warnings"]
