@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy import Connection
 
-from queuemgr.cli.common import engine
+from queuemgr.cli.common import database
 from queuemgr.cli.errors import handled
 from queuemgr.cli.output import changed_fields, describe_changes, emit, output_option
 from queuemgr.core.model import ClusterQueueName, FlavorName
@@ -40,6 +39,7 @@ from queuemgr.store.config_objects import (
     upsert_flavor,
     upsert_local_queue,
 )
+from queuemgr.store.handle import Tx
 
 SECTIONS = ("flavors", "cohorts", "cluster_queues", "local_queues")
 # Creation order; deletion runs in reverse, so nothing is deleted while referenced.
@@ -86,7 +86,7 @@ class Change:
         return {"action": self.action, "kind": self.kind, "name": self.name, "fields": self.fields}
 
 
-def plan(desired: Config, conn: Connection, *, prune: bool) -> tuple[list[Change], int]:
+def plan(desired: Config, conn: Tx, *, prune: bool) -> tuple[list[Change], int]:
     """The changes that make the database match ``desired``; and how many objects it ignores."""
     current, stopped = load_config(conn)
     have = documents(current, stopped)
@@ -108,7 +108,7 @@ def plan(desired: Config, conn: Connection, *, prune: bool) -> tuple[list[Change
     return changes, 0 if prune else len(extra)
 
 
-def execute(desired: Config, conn: Connection, changes: list[Change], actor: str) -> None:
+def execute(desired: Config, conn: Tx, changes: list[Change], actor: str) -> None:
     """Write ``changes`` (from :func:`plan`) on ``conn``; the caller owns the transaction."""
     _, stopped = load_config(conn)
     todo = {(c.kind, c.name) for c in changes if c.action != "delete"}
@@ -154,12 +154,14 @@ def execute(desired: Config, conn: Connection, changes: list[Change], actor: str
 def apply(path: Path, dry_run: bool, prune: bool, output: str) -> None:
     """Create, update (and with --prune delete) queues and quotas to match a file."""
     desired = load_queues_file(path)
-    with engine() as eng, eng.connect() as conn, conn.begin() as tx:
-        changes, ignored = plan(desired, conn, prune=prune)
-        if dry_run:
-            tx.rollback()
-        else:
-            execute(desired, conn, changes, os_actor())
+    with database() as db:
+        if dry_run:  # planned in a transaction that writes nothing
+            with db.read() as conn:
+                changes, ignored = plan(desired, conn, prune=prune)
+        else:  # planned and written in one transaction: the plan is what gets written
+            with db.write() as conn:
+                changes, ignored = plan(desired, conn, prune=prune)
+                execute(desired, conn, changes, os_actor())
     doc = {
         "dry_run": dry_run,
         "changes": [c.doc() for c in changes],

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from queuemgr.cli.common import engine
+from queuemgr.cli.common import database
 from queuemgr.cli.errors import BadInput, handled
 from queuemgr.cli.output import (
     changed_fields,
@@ -64,7 +64,7 @@ def audit(since: str | None, obj: str | None, limit: int, output: str) -> None:
     if since is not None:
         after = datetime.now(UTC) - timedelta(seconds=parse_duration(since, "--since"))
     kind, name = parse_object(obj) if obj else (None, None)
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         entries = admin.audit_entries(conn, since=after, kind=kind, name=name, limit=limit)
     doc = {
         "entries": [

@@ -1,8 +1,11 @@
-"""The database session every admin and tenant command opens, and small shared parsers.
+"""The database every admin and tenant command opens, and small shared parsers.
 
 Why it exists: each command resolves the database the same way as ``serve``
 and ``db`` (``QUEUEMGR_DATABASE_URL``, else the embedded Postgres) and must
-release its connections before the process exits.
+release its connections before the process exits. A command holds the store's
+:class:`~queuemgr.store.handle.Database` and runs its reads and writes in the
+transactions it gives (``db.read()``, ``db.write()``), whose failures are the
+store's errors (``cli.errors`` turns them into messages).
 
 What must stay true: a command never migrates the schema (``queuemgr db
 upgrade`` does); an unreachable database is a :class:`DatabaseError` (exit 1);
@@ -16,23 +19,24 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
-from sqlalchemy import Engine
 
 from queuemgr.cli.errors import BadInput
 from queuemgr.core.resources import ResourceName, parse_quantity, parse_resource_name
-from queuemgr.store.database import check_connection, create_engine, resolve_url
+from queuemgr.store.database import resolve_url
+from queuemgr.store.handle import Database
 
 NAMESPACE_ENV = "QUEUEMGR_NAMESPACE"
 
 
 @contextmanager
-def engine() -> Iterator[Engine]:
-    eng = create_engine(resolve_url())
+def database() -> Iterator[Database]:
+    """The command's database, connected once up front and released at the end."""
+    db = Database.open(resolve_url())
     try:
-        check_connection(eng)  # one clear "cannot connect to <url>" instead of a driver error
-        yield eng
+        db.check()  # one clear "cannot connect to <url>" instead of a driver error
+        yield db
     finally:
-        eng.dispose()
+        db.dispose()
 
 
 namespace_option = click.option(

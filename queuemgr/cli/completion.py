@@ -11,14 +11,15 @@ never writes; when the database cannot be reached, it completes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import click
-import sqlalchemy as sa
 from click.shell_completion import get_completion_class
 
-from queuemgr.cli.common import default_namespace, engine
+from queuemgr.cli.common import database, default_namespace
 from queuemgr.cli.errors import BadInput, handled
+from queuemgr.store import readouts
+from queuemgr.store.handle import Tx
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -27,28 +28,22 @@ def _namespace(ctx: click.Context) -> str:
     return default_namespace(ctx.params.get("namespace"))
 
 
-def _names(query: str, params: dict[str, Any]) -> list[str]:
+def _names(query: Callable[[Tx], list[str]]) -> list[str]:
     try:  # any failure (no database, no schema) completes nothing
-        with engine() as eng, eng.connect() as conn:
-            return [str(r[0]) for r in conn.execute(sa.text(query), params)]
+        with database() as db, db.read() as conn:
+            return query(conn)
     except Exception:
         return []
 
 
 def complete_workload(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    return _names(
-        "SELECT name FROM workloads WHERE namespace = :ns AND starts_with(name, :prefix) "
-        "AND state <> 'Finished' ORDER BY name LIMIT 200",
-        {"ns": _namespace(ctx), "prefix": incomplete},
-    )
+    ns = _namespace(ctx)
+    return _names(lambda conn: readouts.workload_names(conn, ns, incomplete))
 
 
 def complete_local_queue(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    return _names(
-        "SELECT name FROM local_queues WHERE namespace = :ns AND starts_with(name, :prefix) "
-        "ORDER BY name",
-        {"ns": _namespace(ctx), "prefix": incomplete},
-    )
+    ns = _namespace(ctx)
+    return _names(lambda conn: readouts.local_queue_names(conn, ns, incomplete))
 
 
 @click.command("completion")

@@ -15,7 +15,8 @@ import sys
 
 import click
 
-from queuemgr.store.database import DatabaseError, check_connection, create_engine, resolve_url
+from queuemgr.store.database import DatabaseError, resolve_url
+from queuemgr.store.handle import Database
 from queuemgr.store.migrate import MigrationError, downgrade, upgrade
 
 EXIT_FAILURE = 1
@@ -51,11 +52,11 @@ def downgrade_cmd(revision: str, url: str | None) -> None:
 def _migrate(action: object, url: str | None, revision: str) -> None:
     try:
         resolved = resolve_url({"QUEUEMGR_DATABASE_URL": url} if url else None)
-        engine = create_engine(resolved)
+        db = Database.open(resolved)
         try:
-            check_connection(engine)
+            db.check()
         finally:
-            engine.dispose()
+            db.dispose()
         action(resolved, revision)  # type: ignore[operator]
     except (DatabaseError, MigrationError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -22,13 +22,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, NoReturn, TypeVar
 
 import click
-import psycopg
-from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.core.resources import QuantityError
 from queuemgr.spec.checks import InputError
 from queuemgr.store.admin import ObjectInUse
 from queuemgr.store.database import DatabaseError
+from queuemgr.store.errors import InvalidValue, PermissionDenied, SchemaMissing, StoreError
 from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 EXIT_FAILURE = 1
@@ -97,21 +96,20 @@ def handled(f: F) -> F:
             _die(str(exc), EXIT_FAILURE)
         except BrokenPipeError:
             sys.exit(EXIT_FAILURE)
-        except SQLAlchemyError as exc:
-            if isinstance(getattr(exc, "orig", None), psycopg.errors.InsufficientPrivilege):
-                _die(_denied(exc), EXIT_FAILURE)
-            if isinstance(getattr(exc, "orig", None), psycopg.errors.InvalidParameterValue):
-                _die(_first_line(exc), EXIT_BAD_INPUT)  # the submit function's checks
-            if isinstance(getattr(exc, "orig", None), psycopg.errors.UndefinedTable):
-                _die(
-                    f"database error: {_first_line(exc)}: the database lacks queuemgr's "
-                    "tables; create them with `queuemgr db upgrade`",
-                    EXIT_FAILURE,
-                )
+        except PermissionDenied as exc:
+            _die(_denied(exc), EXIT_FAILURE)
+        except InvalidValue as exc:
+            _die(exc.reason, EXIT_BAD_INPUT)  # the submit function's checks
+        except SchemaMissing as exc:
+            _die(
+                f"database error: {exc.reason}: the database lacks queuemgr's "
+                "tables; create them with `queuemgr db upgrade`",
+                EXIT_FAILURE,
+            )
+        except StoreError as exc:  # DatabaseError, above, is one too: its message is the user's
             if debug:
                 traceback.print_exc()
-            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-            _die(f"database error: {first[0] if first else type(exc).__name__}", EXIT_FAILURE)
+            _die(f"database error: {exc.reason}", EXIT_FAILURE)
         except Exception as exc:  # the last line of defence: report, never a traceback
             if debug:
                 traceback.print_exc()
@@ -120,12 +118,8 @@ def handled(f: F) -> F:
     return debug_option(wrapper)  # type: ignore[return-value]
 
 
-def _first_line(exc: SQLAlchemyError) -> str:
-    return str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-
-
-def _denied(exc: SQLAlchemyError) -> str:
-    first = _first_line(exc)
+def _denied(exc: PermissionDenied) -> str:
+    first = exc.reason
     if first.startswith("namespace "):  # queuemgr_submit or queuemgr_cancel refused it
         return f"{first}: an admin grants it with `queuemgr grant ROLE NAMESPACE`"
     return (

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 
 from queuemgr.cli.output import duration, print_fields
 from queuemgr.core import schedule
@@ -36,6 +35,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
@@ -56,10 +56,10 @@ NO_ETA_UNDECLARED = (
 
 
 def _policy(
-    engine: Engine, now: float, *, as_tenant: bool
+    db: Database, now: float, *, as_tenant: bool
 ) -> tuple[SchedulerPolicy, dict[str, Any] | None, Any]:
     """The last leader's policy and its record, and the decayed usage it orders by."""
-    with engine.connect() as conn, conn.begin():
+    with db.read() as conn:
         settings = leader_settings(conn)
         if as_tenant:
             read_as_tenant(conn)
@@ -152,7 +152,7 @@ def _base_doc(wid: WorkloadId, workload: dict[str, Any], now: float) -> dict[str
     }
 
 
-def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
+def explain(db: Database, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
     doc = _base_doc(wid, workload, now)
     if workload["state"] not in ("Pending", "Inadmissible"):
         doc["eta_reason"] = f"not queued: the workload is {workload['state']}"
@@ -164,9 +164,9 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         return doc
     # A tenant's row security hides the other namespaces, whose workloads decide its
     # place as much as its own do: it reads them all, theirs under tokens.
-    with engine.connect() as conn:
+    with db.read() as conn:
         as_tenant = rows_are_filtered(conn)
-    state = load_state(engine, now=now, as_tenant=as_tenant)
+    state = load_state(db, now=now, as_tenant=as_tenant)
     until = state.backing_off.get(wid)
     if until is not None:
         backoff = _backoff_doc(workload, until, now)
@@ -179,7 +179,7 @@ def explain(engine: Engine, wid: WorkloadId, workload: dict[str, Any], *, now: f
         return doc
     if not any(p.id == wid for p in state.pending):
         return _stopped(doc, state, wid, workload)
-    policy, doc["scheduler"], usage = _policy(engine, now, as_tenant=as_tenant)
+    policy, doc["scheduler"], usage = _policy(db, now, as_tenant=as_tenant)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
     return _evaluated(doc, state, schedule(snapshot, now), wid, now)
 

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from queuemgr.cli import flags
-from queuemgr.cli.common import engine
+from queuemgr.cli.common import database
 from queuemgr.cli.errors import BadInput, CliError, handled
 from queuemgr.cli.output import emit, output_option, print_table
 from queuemgr.store import grants as store
@@ -43,7 +43,7 @@ def _role(raw: str) -> str:
 def grant(role: str, namespace: str) -> None:
     """Let database ROLE (and its members) read and submit to NAMESPACE."""
     role, ns = _role(role), flags.check_name(namespace, "NAMESPACE")
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         try:
             added = store.grant(conn, role, ns, actor=os_actor())
         except store.NoSuchRole as exc:
@@ -60,7 +60,7 @@ def grant(role: str, namespace: str) -> None:
 def revoke(role: str, namespace: str) -> None:
     """Take NAMESPACE from database ROLE; its workloads there keep running."""
     role, ns = _role(role), flags.check_name(namespace, "NAMESPACE")
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         if not store.revoke(conn, role, ns, actor=os_actor()):
             raise CliError(f"role {role} has no grant of namespace {ns}")
     click.echo(f"role {role} no longer reaches namespace {ns}")
@@ -74,7 +74,7 @@ def grants(role: str | None, output: str) -> None:
     """The namespaces each tenant role reaches (a tenant sees its own)."""
     if role is not None:
         role = _role(role)
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         rows = store.grants(conn, role)
     docs = [
         {

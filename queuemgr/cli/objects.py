@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from queuemgr.cli.common import engine, key_values
+from queuemgr.cli.common import database, key_values
 from queuemgr.cli.errors import CliError, handled, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.cli.output import emit, output_option, print_fields, print_table
@@ -63,7 +63,7 @@ def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -
         node_labels=key_values(labels, "--label"),
         taints=parse_taints(raw_taints, "--taint"),
     )
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         if FlavorName(name) in load_config(conn)[0].flavors:
             raise CliError(f"flavor {name!r} already exists")
         upsert_flavor(conn, f, actor=os_actor())
@@ -96,7 +96,7 @@ def _flavor_docs(config: Config) -> list[dict[str, Any]]:
 @handled
 def flavor_list(output: str) -> None:
     """ResourceFlavors and the ClusterQueues with quota on them."""
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         config, _ = load_config(conn)
     emit({"flavors": _flavor_docs(config)}, output, _flavor_table)
 
@@ -140,7 +140,7 @@ def cohort() -> None:
 def cohort_create(name: str, ordering: str | None) -> None:
     """Create Cohort NAME."""
     check_name(name, "NAME")
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         if not ensure_cohort(conn, name, actor=os_actor()):
             raise CliError(f"cohort {name!r} already exists")
         if ordering is not None:
@@ -165,7 +165,7 @@ def _delete(
     known: Callable[[Config], Mapping[Any, object]],
 ) -> None:
     """Delete one object with its audit row; in use or unknown is a clear error."""
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         try:
             deleted = delete(conn, name, actor=os_actor())
         except admin.ObjectInUse as exc:
@@ -192,7 +192,7 @@ def _cohort_docs(config: Config) -> list[dict[str, Any]]:
 @handled
 def cohort_list(output: str) -> None:
     """Cohorts and their member ClusterQueues."""
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         config, _ = load_config(conn)
     emit(
         {"cohorts": _cohort_docs(config)},
@@ -222,7 +222,7 @@ def _describe(
     known: Callable[[Config], Mapping[Any, object]],
 ) -> None:
     """Print one object's document, or fail naming the nearest known names."""
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         config, _ = load_config(conn)
     docs = [d for d in docs_of(config) if d["name"] == name]
     if not docs:

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from queuemgr.cli import flags
-from queuemgr.cli.common import engine, namespace_option
+from queuemgr.cli.common import database, namespace_option
 from queuemgr.cli.errors import CliError, handled, not_found
 from queuemgr.cli.output import duration, emit, output_option, print_fields, print_table, vec
 from queuemgr.cli.views import cq_doc, load_view, lq_doc, nominal_total
@@ -50,7 +50,7 @@ def _cq_flags(f: Any) -> Any:
 def cq_create(name: str, **given: Any) -> None:
     """Create ClusterQueue NAME (quotas: --nominal here or `queuemgr quota set`)."""
     new = flags.cluster_queue_from_flags(None, name, given)
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         config, _ = load_config(conn)
         if new.name in config.cluster_queues:
             raise CliError(f"cluster queue {name!r} already exists (use `queuemgr cq edit`)")
@@ -65,7 +65,7 @@ def cq_create(name: str, **given: Any) -> None:
 @handled
 def cq_edit(name: str, **given: Any) -> None:
     """Change the fields of ClusterQueue NAME that the flags name."""
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         config, stopped = load_config(conn)
         old = config.cluster_queues.get(ClusterQueueName(name))
         if old is None:
@@ -77,7 +77,7 @@ def cq_edit(name: str, **given: Any) -> None:
 
 
 def _set_stopped(name: str, stop: bool) -> bool:
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         config, _ = load_config(conn)
         old = config.cluster_queues.get(ClusterQueueName(name))
         if old is None:
@@ -109,7 +109,7 @@ def cq_resume(name: str) -> None:
 @handled
 def cq_delete(name: str) -> None:
     """Delete ClusterQueue NAME (refused while it has admitted workloads)."""
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         if not admin.delete_cluster_queue(conn, name, actor=os_actor()):
             raise not_found("cluster queue", name, load_config(conn)[0].cluster_queues)
     click.echo(f"clusterqueue {name} deleted")
@@ -120,8 +120,8 @@ def cq_delete(name: str) -> None:
 @handled
 def cq_list(output: str) -> None:
     """ClusterQueues with quota, usage and depth."""
-    with engine() as eng:
-        view = load_view(eng)
+    with database() as db:
+        view = load_view(db)
     docs = [cq_doc(view, q) for _, q in sorted(view.state.config.cluster_queues.items())]
     emit({"cluster_queues": docs}, output, _cq_table)
 
@@ -149,8 +149,8 @@ def _cq_table(doc: dict[str, Any]) -> None:
 @handled
 def cq_describe(name: str, output: str) -> None:
     """Everything about ClusterQueue NAME: quotas and usage per flavor, queues feeding it."""
-    with engine() as eng:
-        view = load_view(eng)
+    with database() as db:
+        view = load_view(db)
     q = view.state.config.cluster_queues.get(ClusterQueueName(name))
     if q is None:
         raise not_found("cluster queue", name, view.state.config.cluster_queues)
@@ -216,7 +216,7 @@ def lq_create(name: str, namespace: str | None, cluster_queue: str) -> None:
     """Create LocalQueue NAME in a namespace, feeding a ClusterQueue."""
     ns = flags.namespace(namespace)
     flags.check_name(name, "NAME")
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         config, _ = load_config(conn)
         if (ns, name) in config.local_queues:
             raise CliError(f"local queue {ns}/{name} already exists")
@@ -234,7 +234,7 @@ def lq_create(name: str, namespace: str | None, cluster_queue: str) -> None:
 def lq_delete(name: str, namespace: str | None) -> None:
     """Delete LocalQueue NAME (its pending workloads become unroutable)."""
     ns = flags.namespace(namespace)
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         if not admin.delete_local_queue(conn, ns, name, actor=os_actor()):
             names = [n for (s, n) in admin.local_queue_names(conn, ns)]
             raise not_found(f"local queue in namespace {ns!r}:", name, names)
@@ -249,8 +249,8 @@ def lq_delete(name: str, namespace: str | None) -> None:
 def lq_list(namespace: str | None, all_namespaces: bool, output: str) -> None:
     """LocalQueues with their ClusterQueue, depth and the queue's quota and usage."""
     ns = None if all_namespaces else flags.namespace(namespace)
-    with engine() as eng:
-        view = load_view(eng)
+    with database() as db:
+        view = load_view(db)
     lqs = sorted(view.state.config.local_queues.values(), key=lambda q: q.key)
     docs = [lq_doc(view, q) for q in lqs if ns is None or q.namespace == ns]
     emit({"local_queues": docs}, output, _lq_table)
@@ -281,8 +281,8 @@ def _lq_table(doc: dict[str, Any]) -> None:
 def lq_describe(name: str, namespace: str | None, output: str) -> None:
     """LocalQueue NAME: its ClusterQueue, depth, quota and usage."""
     ns = flags.namespace(namespace)
-    with engine() as eng:
-        view = load_view(eng)
+    with database() as db:
+        view = load_view(db)
     q = view.state.config.local_queues.get((ns, name))
     if q is None:
         names = [n for (s, n) in view.state.config.local_queues if s == ns]

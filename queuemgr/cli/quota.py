@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from queuemgr.cli.common import engine, quantities
+from queuemgr.cli.common import database, quantities
 from queuemgr.cli.errors import BadInput, handled, not_found
 from queuemgr.cli.output import emit, output_option, vec
 from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota, WorkloadId
@@ -83,8 +83,8 @@ def quota_set(
     drop = {parse_resource_name(r, field="--remove") for r in removed}
     if not (nominal or borrow or lend or drop):
         raise BadInput("RES=QTY: give at least one quantity (e.g. nvidia.com/gpu=8)")
-    with engine() as eng:
-        state = load_state(eng)
+    with database() as db:
+        state = load_state(db)
         config = state.config
         cq = config.cluster_queues.get(ClusterQueueName(cluster_queue))
         if cq is None:
@@ -98,7 +98,7 @@ def quota_set(
             flavors += (new,)
         updated = dataclasses.replace(cq, flavors=flavors)
         over = _over_quota(state, cluster_queue, flavor, new)
-        with eng.begin() as conn:
+        with db.write() as conn:
             # A concurrent change between the read and this write is still audited
             # with its own before/after: the upsert re-reads the row under a lock.
             changed = upsert_cluster_queue(

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from queuemgr.cli.common import engine
+from queuemgr.cli.common import database
 from queuemgr.cli.errors import handled
 from queuemgr.cli.output import emit, output_option, print_table
 from queuemgr.spec.knobs import parse_duration
@@ -39,7 +39,7 @@ from queuemgr.store.usage import usage_report
 def usage(since: str, by: str, output: str) -> None:
     """GPU-hours, borrowed GPU-hours and decayed fair-share usage per queue or tenant."""
     after = datetime.now(UTC) - timedelta(seconds=parse_duration(since, "--since"))
-    with engine() as eng, eng.connect() as conn:
+    with database() as db, db.read() as conn:
         lines = usage_report(conn, since=after, by=by)
     doc = {
         "since": after.isoformat(),

@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
-
 from queuemgr.core.model import ClusterQueue, LocalQueue
 from queuemgr.core.resources import total
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import codec
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
 
@@ -38,8 +37,8 @@ class View:
         return sum(1 for a in self.state.admitted if a.admission.cluster_queue == name)
 
 
-def load_view(engine: Engine) -> View:
-    state = load_state(engine)
+def load_view(db: Database) -> View:
+    state = load_state(db)
     return View(state=state, snapshot=state.snapshot())
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from queuemgr.cli import kube
-from queuemgr.cli.common import engine, namespace_option, quantities
+from queuemgr.cli.common import database, namespace_option, quantities
 from queuemgr.cli.completion import complete_local_queue, complete_workload
 from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.explain import explain, print_why
@@ -120,7 +120,7 @@ def submit(
         created_at=time.time(),
         max_runtime=limit,
     )
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         config, _ = load_config(conn)
         if (ns, queue) not in config.local_queues:
             names = [n for (s, n) in config.local_queues if s == ns]
@@ -203,10 +203,10 @@ def list_(
         docs["workloads"] = [d for d in docs["workloads"] if queue in (None, d["local_queue"])]
         emit(docs, output, _list_table)
         return
-    with engine() as eng:
+    with database() as db:
 
         def fetch() -> dict[str, Any]:
-            with eng.connect() as conn:
+            with db.read() as conn:
                 infos = admin.workload_infos(
                     conn, namespace=ns, queue=queue, include_finished=include_finished
                 )
@@ -265,10 +265,10 @@ def status(
     if kube.enabled():
         emit(kube.one(ns, name), output, _kube_fields)
         return
-    with engine() as eng:
+    with database() as db:
 
         def fetch() -> dict[str, Any]:
-            with eng.connect() as conn:
+            with db.read() as conn:
                 return workload_doc(_one(conn, ns, name))
 
         if not watch:
@@ -330,10 +330,10 @@ def why(name: str, namespace: str | None, output: str) -> None:
     if kube.enabled():  # the controller's answer, as written on the job
         emit(kube.one(ns, name), output, _kube_fields)
         return
-    with engine() as eng:
-        with eng.connect() as conn:
+    with database() as db:
+        with db.read() as conn:
             info = _one(conn, ns, name)
-        doc = explain(eng, WorkloadId(f"{ns}/{name}"), workload_doc(info), now=time.time())
+        doc = explain(db, WorkloadId(f"{ns}/{name}"), workload_doc(info), now=time.time())
     emit(doc, output, print_why)
 
 
@@ -347,7 +347,7 @@ def cancel(name: str, namespace: str | None) -> None:
     if kube.enabled():
         kube.cancel(ns, name)
         return
-    with engine() as eng, eng.begin() as conn:
+    with database() as db, db.write() as conn:
         info = _one(conn, ns, name)
         if info.row["state"].value == "Finished":
             raise CliError(f"workload {ns}/{name} has already finished ({info.row['reason']})")

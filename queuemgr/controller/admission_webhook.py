@@ -28,8 +28,6 @@ import logging
 import threading
 from collections.abc import Callable
 
-from sqlalchemy import Engine
-
 from queuemgr.controller.store_directory import StoreQueueDirectory
 from queuemgr.controller.webhook_section import WebhookConfig
 from queuemgr.core.resources import ResourceName
@@ -45,6 +43,7 @@ from queuemgr.k8s.certs import (
 )
 from queuemgr.k8s.rules import WebhookSettings
 from queuemgr.k8s.webhook_server import WebhookServer
+from queuemgr.store.handle import Database
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ class AdmissionWebhook:
     def __init__(
         self,
         config: WebhookConfig,
-        engine: Engine,
+        db: Database,
         *,
         api_client: ApiClient | None = None,
         recheck_interval: float = RECHECK_INTERVAL,
@@ -91,7 +90,7 @@ class AdmissionWebhook:
         if not config.managed_namespaces.empty and self.api_client is not None:
             namespaces = ApiNamespaceLabels(self.api_client)
         handler = AdmissionHandler(
-            StoreQueueDirectory(engine),
+            StoreQueueDirectory(db),
             WebhookSettings(
                 namespace_selector=config.managed_namespaces,
                 gpu_resources=frozenset(ResourceName(r) for r in config.gpu_resources),

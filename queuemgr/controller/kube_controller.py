@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
-
 from queuemgr.controller.kube_backend import KubernetesBackend
 from queuemgr.controller.kube_readiness import PodsReadyCheck
 from queuemgr.controller.kube_section import KubernetesSettings
@@ -32,6 +30,7 @@ from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
+from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import flavor
 
 if TYPE_CHECKING:
@@ -45,13 +44,13 @@ class KubeController:
     def __init__(
         self,
         settings: KubernetesSettings,
-        engine: Engine,
+        db: Database,
         clock: Clock,
         *,
         client: RateLimitedApiClient | None = None,
     ) -> None:
         self.settings = settings
-        self.engine = engine
+        self.db = db
         self.clock = clock
         self.client = client or api_client(
             settings.kubeconfig, qps=settings.qps, burst=settings.burst, context=settings.context
@@ -78,17 +77,17 @@ class KubeController:
         self.readiness: PodsReadyCheck | None = None
 
     def _flavor(self, name: str) -> ResourceFlavor | None:
-        with self.engine.connect() as conn:
+        with self.db.read() as conn:
             return flavor(conn, name)
 
     def attach(self, elector: LeaderElector, metrics: SchedulerMetrics) -> None:
         """The parts that act only while leading."""
         self.sync = JobSync(
-            self.engine, self.watch, is_leader=lambda: elector.is_leader, clock=self.clock
+            self.db, self.watch, is_leader=lambda: elector.is_leader, clock=self.clock
         )
         if self.settings.pods_ready is not None:
             self.readiness = PodsReadyCheck(
-                engine=self.engine,
+                db=self.db,
                 watch=self.watch,
                 backend=self.backend,
                 elector=elector,

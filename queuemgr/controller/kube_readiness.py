@@ -34,9 +34,6 @@ import json
 import logging
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from queuemgr.controller.kube_backend import KubernetesBackend
 from queuemgr.controller.kube_section import PodsReadySettings
 from queuemgr.controller.leader import LeaderElector
@@ -52,6 +49,8 @@ from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Obj
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import RowState, mark_pods_ready, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.notify import HELD_REASON
@@ -86,7 +85,7 @@ class PodsReadyCheck(Worker):
     def __init__(
         self,
         *,
-        engine: Engine,
+        db: Database,
         watch: ClusterWatch,
         backend: KubernetesBackend,
         elector: LeaderElector,
@@ -95,7 +94,7 @@ class PodsReadyCheck(Worker):
         settings: PodsReadySettings,
     ) -> None:
         super().__init__("queuemgr-podsready")
-        self._engine = engine
+        self._db = db
         self._watch = watch
         self._backend = backend
         self._elector = elector
@@ -112,7 +111,7 @@ class PodsReadyCheck(Worker):
         while not self._stopping.wait(interval):
             try:
                 self.check_once()
-            except (SQLAlchemyError, NotLeader, StateConflict) as exc:
+            except (StoreError, NotLeader, StateConflict) as exc:
                 log.warning("pods-ready check: %s", exc)
             except Exception:
                 log.exception("pods-ready check failed")
@@ -124,7 +123,7 @@ class PodsReadyCheck(Worker):
         now = self._clock.now()
         if token != self._epoch:
             self._epoch, self._ready = token, set()
-        with self._engine.connect() as conn:
+        with self._db.read() as conn:
             rows = unfinished(conn, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
         admitted = {
             (w, r.admitted_at) for w, r in rows.items() if r.state is WorkloadState.ADMITTED
@@ -139,7 +138,7 @@ class PodsReadyCheck(Worker):
             elif row.state is WorkloadState.EVICTED and row.reason == HELD_REASON:
                 self._check_held(token, wid, row, now)
         if self._newly_ready:
-            with self._engine.begin() as conn:
+            with self._db.write() as conn:
                 fence(conn, token)
                 mark_pods_ready(conn, self._newly_ready, now=now)
             self._newly_ready.clear()
@@ -165,7 +164,7 @@ class PodsReadyCheck(Worker):
         count = requeue_count(ref.obj) + 1
         what = f"{ready} of {expected} pods ready {self.settings.timeout:g}s after admission"
         limit = self.settings.requeue_limit
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             fence(conn, token)
             if limit is not None and count > limit:
                 reason, message = LIMIT_REASON, f"{what}; requeued {limit} times already"
@@ -221,7 +220,7 @@ class PodsReadyCheck(Worker):
         except BackendError as exc:
             log.info("%s: not requeued yet: %s", wid, exc)
             return
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             fence(conn, token)
             requeue_workload(conn, WorkloadId(wid), now=now)
         log.info("%s: requeued after its backoff", wid)

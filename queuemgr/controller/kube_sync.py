@@ -34,9 +34,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from queuemgr.controller.ports import Clock
 from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
@@ -52,6 +49,8 @@ from queuemgr.k8s.patch import guard
 from queuemgr.k8s.priority import job_priority
 from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.store import config_objects as store_config
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import RowState, row_states, unfinished
 from queuemgr.store.transitions import finish_workload, resubmit_workload, submit_many
 from queuemgr.store.workloads import StateConflict, WorkloadExists
@@ -73,7 +72,7 @@ def owned_by_managed_kind(obj: Obj) -> bool:
 class JobSync(Worker):
     def __init__(
         self,
-        engine: Engine,
+        db: Database,
         watch: ClusterWatch,
         *,
         is_leader: Callable[[], bool],
@@ -81,7 +80,7 @@ class JobSync(Worker):
         batch: int = 500,
     ) -> None:
         super().__init__("queuemgr-kube-sync")
-        self._engine = engine
+        self._db = db
         self._watch = watch
         self._is_leader = is_leader
         self._clock = clock
@@ -126,7 +125,7 @@ class JobSync(Worker):
             try:
                 self.sync_once()
                 backoff = 0.1
-            except (SQLAlchemyError, StateConflict) as exc:
+            except (StoreError, StateConflict) as exc:
                 log.warning("job sync: the store failed (%s); retrying in %.1fs", exc, backoff)
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -195,7 +194,7 @@ class JobSync(Worker):
                 changed.append(node)
         if not changed:
             return
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             for n in changed:  # a node that changed wakes the scheduler (store.config)
                 store_config.upsert_node(conn, n, actor=ACTOR)
         for n in changed:
@@ -203,7 +202,7 @@ class JobSync(Worker):
 
     def _retire_nodes(self) -> None:
         present = {key_of(n) for n in self._watch.nodes()}
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             deleted, kept = store_config.retire_nodes(conn, present, actor=ACTOR)
         for name in (*deleted, *kept):  # written here, not by _sync_nodes: compare afresh
             self._upserted.pop(name, None)
@@ -215,7 +214,7 @@ class JobSync(Worker):
     def _sync_jobs(self, wids: list[str]) -> None:
         refs = {wid: self._watch.job(wid) for wid in wids}
         log.debug("syncing jobs %s", wids)
-        with self._engine.connect() as conn:
+        with self._db.read() as conn:
             rows = row_states(conn, wids)
         new: list[Workload] = []
         for wid in wids:
@@ -230,7 +229,7 @@ class JobSync(Worker):
             except ManifestError as error:
                 self._invalid(ref, error)
         if new:
-            with self._engine.begin() as conn:
+            with self._db.write() as conn:
                 submitted = submit_many(conn, new)
             log.info("submitted %d new job(s)", len(submitted))
 
@@ -270,7 +269,7 @@ class JobSync(Worker):
         except ManifestError as error:
             self._invalid(ref, error)
             return
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             try:
                 resubmit_workload(conn, workload)
             except (WorkloadExists, LookupError):
@@ -278,7 +277,7 @@ class JobSync(Worker):
 
     def _finish(self, wid: str, reason: str, message: str) -> None:
         try:
-            with self._engine.begin() as conn:
+            with self._db.write() as conn:
                 finish_workload(
                     conn, WorkloadId(wid), now=self._clock.now(), reason=reason, message=message
                 )
@@ -287,7 +286,7 @@ class JobSync(Worker):
             pass  # finished meanwhile
 
     def _finish_vanished(self) -> None:
-        with self._engine.connect() as conn:
+        with self._db.read() as conn:
             rows = unfinished(conn)
         known = {r.workload_id for r in self._watch.jobs()}
         for wid in sorted(set(rows) - known):

@@ -1,8 +1,9 @@
 """Leader election: one replica schedules, holding the lease row of store/leadership.py.
 
 Why it exists: several replicas may run for availability, but two schedulers
-would admit onto the same free capacity. The lease is held for a dedicated
-connection's backend and renewed at every heartbeat (``retry_interval``, 1 s).
+would admit onto the same free capacity. The lease is held for the backend of
+a connection of its own (a :class:`~queuemgr.store.handle.Session`) and renewed
+at every heartbeat (``retry_interval``, 1 s).
 When the leader dies (kill -9, lost network, terminated backend) its backend
 ends and a standby takes over at its next try, well within 5 s; a leader that
 is alive but silent (paused) loses the lease once it expires. A replica that
@@ -25,10 +26,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database, Session
 from queuemgr.store.leadership import LEASE_TTL, LeaderToken, release, renew, try_acquire
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ REJOIN_HEARTBEATS = 3
 class LeaderElector:
     def __init__(
         self,
-        engine: Engine,
+        db: Database,
         *,
         replica: str,
         metrics: SchedulerMetrics | None = None,
@@ -48,13 +48,13 @@ class LeaderElector:
         lease_ttl: float = LEASE_TTL,
         on_elected: Callable[[], None] | None = None,
     ) -> None:
-        self._engine = engine
+        self._db = db
         self.replica = replica
         self._metrics = metrics
         self._retry = retry_interval
         self._ttl = lease_ttl
         self._on_elected = on_elected
-        self._conn: Connection | None = None
+        self._session: Session | None = None
         self._token: LeaderToken | None = None
         self._rejoin_at = 0.0  # monotonic time before which this replica does not compete
         self._lock = threading.Lock()
@@ -82,11 +82,11 @@ class LeaderElector:
             if time.monotonic() < self._rejoin_at:
                 return False
             try:
-                if self._conn is None:
-                    conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                    self._conn = conn
-                self._token = try_acquire(self._conn, replica=self.replica, ttl=self._ttl)
-            except SQLAlchemyError as exc:
+                if self._session is None:
+                    self._session = self._db.session()
+                with self._session.use() as conn:
+                    self._token = try_acquire(conn, replica=self.replica, ttl=self._ttl)
+            except StoreError as exc:
                 log.warning("leader election: database unavailable: %s", exc)
                 self._drop()
                 return False
@@ -99,23 +99,20 @@ class LeaderElector:
         return True
 
     def _alive(self) -> bool:
-        assert self._conn is not None and self._token is not None
+        assert self._session is not None and self._token is not None
         try:
-            return renew(self._conn, self._token, ttl=self._ttl)
-        except SQLAlchemyError:
+            with self._session.use() as conn:
+                return renew(conn, self._token, ttl=self._ttl)
+        except StoreError:
             return False
 
     def _drop(self) -> None:
-        """Forget the token and the connection (its backend's end frees the lease, if held)."""
+        """Forget the token and the session (its backend's end frees the lease, if held)."""
         self._token = None
         self._set_gauge(False)
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            try:
-                conn.invalidate()
-                conn.close()
-            except SQLAlchemyError:
-                pass
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
 
     def _set_gauge(self, leading: bool) -> None:
         if self._metrics is not None:
@@ -141,8 +138,8 @@ class LeaderElector:
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
-            if self._token is not None and self._conn is not None:
+            if self._token is not None and self._session is not None:
                 # A dead connection has lost the lease already.
-                with contextlib.suppress(SQLAlchemyError):
-                    release(self._conn)
+                with contextlib.suppress(StoreError), self._session.use() as conn:
+                    release(conn)
             self._drop()

@@ -2,7 +2,8 @@
 
 Why it exists: submit -> admitted must take milliseconds, not a polling
 interval. Writers NOTIFY in the transaction of their change
-(:mod:`queuemgr.store.notify`); this thread LISTENs on its own connection.
+(:mod:`queuemgr.store.notify`); this thread LISTENs on a connection of its own
+(:func:`queuemgr.store.notify.listen`) and wakes the loop at each notification.
 
 What must stay true: a notification only ever *wakes* the loop, which then
 reloads everything, so coalesced or lost notifications cost latency, never
@@ -12,24 +13,20 @@ loop once (anything may have happened meanwhile).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
-import psycopg
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
-from queuemgr.store.notify import CHANNEL
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
+from queuemgr.store.notify import listen
 
 log = logging.getLogger(__name__)
 
 
 class NotifyListener:
-    def __init__(self, engine: Engine, wake: Callable[[], None]) -> None:
-        self._engine = engine
+    def __init__(self, db: Database, wake: Callable[[], None]) -> None:
+        self._db = db
         self._wake = wake
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,26 +45,18 @@ class NotifyListener:
     def _run(self) -> None:
         backoff = 0.1
         while not self._stop.is_set():
-            raw: Any = None
             try:
-                raw = self._engine.raw_connection()
-                pg: psycopg.Connection[Any] = raw.driver_connection
-                pg.autocommit = True
-                pg.execute(f"LISTEN {CHANNEL}")
-                self.listening.set()
-                self._wake()  # whatever happened while we were not listening
-                backoff = 0.1
-                while not self._stop.is_set():
-                    # The timeout bounds how long stop() waits for this thread.
-                    for _ in pg.notifies(timeout=0.5):
-                        self._wake()
-            except (psycopg.Error, SQLAlchemyError) as exc:
+                with listen(self._db) as channel:
+                    self.listening.set()
+                    self._wake()  # whatever happened while we were not listening
+                    backoff = 0.1
+                    while not self._stop.is_set():
+                        # The timeout bounds how long stop() waits for this thread.
+                        for _ in channel.notifications(timeout=0.5):
+                            self._wake()
+            except StoreError as exc:
                 self.listening.clear()
                 log.warning("LISTEN connection lost (%s); retrying in %.1fs", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
-            finally:
-                if raw is not None:
-                    with contextlib.suppress(Exception):  # already broken: nothing to release
-                        raw.invalidate()
         self.listening.clear()

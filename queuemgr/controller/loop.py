@@ -40,9 +40,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from queuemgr.controller.eta import EtaTracker
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import Clock, ClusterBackend
@@ -57,6 +54,8 @@ from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.metrics.pacer import GaugePacer
 from queuemgr.store.decisions import Persisted, persist_decisions
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads
@@ -115,7 +114,7 @@ class SchedulerLoop:
     def __init__(
         self,
         *,
-        engine: Engine,
+        db: Database,
         backend: ClusterBackend,
         clock: Clock,
         elector: LeaderElector,
@@ -128,7 +127,7 @@ class SchedulerLoop:
             raise ValueError("the service admits a preemptor only after its victims stopped")
         if policy.victim_stop_delay:
             raise ValueError("victim_stop_delay is the simulator's: the service waits for pods")
-        self._engine = engine
+        self._db = db
         self._backend = backend
         self._clock = clock
         self._elector = elector
@@ -178,7 +177,7 @@ class SchedulerLoop:
         phases = _Phases()
         finished = self._record_finished(token, now)
         phases.done("finish")
-        state = self._mirror.refresh(self._engine, now=now)
+        state = self._mirror.refresh(self._db, now=now)
         self._next_requeue = state.next_requeue()
         self._usage.advance(now)
         held = self._mirror.held_by_queue()  # what _held_by_queue(state.admitted) gives
@@ -246,7 +245,7 @@ class SchedulerLoop:
     ) -> Persisted:
         # A new reason is written at once; a message whose numbers alone moved waits for
         # the next safety cycle, or every busy cycle would rewrite the whole backlog.
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             fence(conn, token)
             persisted = persist_decisions(
                 conn,
@@ -265,7 +264,7 @@ class SchedulerLoop:
         self._unreported.extend(self._backend.poll_finished(now))
         if not self._unreported:
             return []
-        with self._engine.begin() as conn:  # all of them, or (on an error) none, kept for later
+        with self._db.write() as conn:  # all of them, or (on an error) none, kept for later
             # Fenced like every write of a leader: one that lost its lock while paused
             # would otherwise finish a workload its successor has admitted again.
             fence(conn, token)
@@ -279,7 +278,7 @@ class SchedulerLoop:
         return done
 
     def _safety(self, token: LeaderToken, state: StoredState, now: float) -> None:
-        with self._engine.begin() as conn:
+        with self._db.write() as conn:
             fence(conn, token)
             # A sample stands for the time since this leader's previous one; the first
             # after an election for one interval (the gap before it is not billed).
@@ -287,7 +286,7 @@ class SchedulerLoop:
             period = self._safety_interval if last is None else min(now - last, 60.0)
             sample_usage(conn, state.config, state.admitted, now=now, period=period)
             save_queue_usage(conn, self._usage.usage(), now=now)
-        with self._engine.connect() as conn:
+        with self._db.read() as conn:
             orphans = evicted_workloads(conn)
         # Evicted outside a cycle (`quota set --preempt`) or before a crash: stop, requeue.
         self._apply(token, [], orphans)
@@ -298,7 +297,7 @@ class SchedulerLoop:
             if evict and limit is not None and now - a.admitted_at > limit + grace:
                 self._retry(token, partial(self._backend.stop, a.workload.id))
                 try:
-                    with self._engine.begin() as conn:
+                    with self._db.write() as conn:
                         fence(conn, token)
                         run = RunEnd(workload=a.workload.id, admitted_at=a.admitted_at)
                         done = finish_many(conn, [run], now=now, reason="MaxRuntimeExceeded")
@@ -331,7 +330,7 @@ class SchedulerLoop:
     def _requeue(self, token: LeaderToken, wid: WorkloadId) -> None:
         """Its pods are gone: Pending again, after the policy's backoff for its evictions."""
         try:
-            with self._engine.begin() as conn:
+            with self._db.write() as conn:
                 fence(conn, token)
                 until = requeue_workload(
                     conn, wid, now=self._clock.now(), backoff=self._policy.requeue_delay
@@ -363,8 +362,8 @@ class SchedulerLoop:
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
-        state = self._mirror.refresh(self._engine, now=self._clock.now())
-        with self._engine.connect() as conn:
+        state = self._mirror.refresh(self._db, now=self._clock.now())
+        with self._db.read() as conn:
             victims = evicted_workloads(conn)
         # Stops first, as a cycle's apply does: an admitted gang may be placed on the
         # room of a victim whose pods have not gone yet.
@@ -381,7 +380,7 @@ class SchedulerLoop:
         # Nothing is charged for the gap since the last leader saved: seconds
         # against a half-life of days.
         now = self._clock.now()
-        with self._engine.connect() as conn:
+        with self._db.read() as conn:
             saved = load_queue_usage(conn)
         self._usage = UsageTracker(
             half_life=self._policy.usage_half_life, weights=self._policy.usage_resource_weights
@@ -425,7 +424,7 @@ class SchedulerLoop:
             except StateConflict as exc:  # lost a race; the next cycle sees the new rows
                 log.warning("cycle rolled back: %s", exc)
                 self._wake.set()
-            except SQLAlchemyError as exc:
+            except StoreError as exc:
                 self._failed(str(exc).splitlines()[0])
                 log.warning("cycle failed, database unavailable? retrying in %.1fs", backoff)
                 self._stopping.wait(backoff)

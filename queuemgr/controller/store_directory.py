@@ -16,26 +16,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
-
 from queuemgr.core.directory import AdmittedView, ClusterQueueView
 from queuemgr.k8s.queue_directory import DirectoryUnavailable
 from queuemgr.store import webhook_lookups as store
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database, Tx
 
 T = TypeVar("T")
 
 
 class StoreQueueDirectory:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
-    def _read(self, query: Callable[[Connection], T]) -> T:
+    def _read(self, query: Callable[[Tx], T]) -> T:
         try:
-            with self.engine.connect() as conn:
+            with self.db.read() as conn:
                 return query(conn)
-        except SQLAlchemyError as error:
-            raise DirectoryUnavailable(f"the queuemgr database: {type(error).__name__}") from error
+        except StoreError as error:
+            raise DirectoryUnavailable(f"the queuemgr database: {error.kind}") from error
 
     def local_queue(self, namespace: str, name: str) -> str | None:
         return self._read(lambda conn: store.local_queue_target(conn, namespace, name))

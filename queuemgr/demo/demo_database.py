@@ -29,19 +29,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-from sqlalchemy.engine import make_url
-
 from queuemgr.store import migrate
 from queuemgr.store.database import (
     DATA_DIR_ENV,
     URL_ENV,
-    check_connection,
-    create_engine,
     data_dir,
+    database_name,
     normalize_url,
+    recreate_database,
+    redact_url,
     resolve_url,
 )
+from queuemgr.store.handle import Database
 from queuemgr.store.readouts import occupancy
 
 DEMO_DIR = "demo"  # under the embedded Postgres's data directory
@@ -60,22 +59,18 @@ class DemoDatabase:
     description: str
 
 
-def _redacted(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
     """A migrated, empty database for the demo (see the module docstring)."""
     env = os.environ if env is None else env
     if env.get(URL_ENV):
         url = normalize_url(env[URL_ENV])
-        engine = create_engine(url)
+        db = Database.open(url)
         try:
-            check_connection(engine)
-            with engine.connect() as conn:
+            db.check()
+            with db.read() as conn:
                 held = occupancy(conn)
         finally:
-            engine.dispose()
+            db.dispose()
         if not held.empty:
             what = []
             if held.tables_with_rows:
@@ -83,13 +78,13 @@ def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
             if held.foreign_tables:
                 what.append(f"other tables: {', '.join(held.foreign_tables)}")
             raise DemoError(
-                f"{URL_ENV}: database {make_url(url).database!r} is not empty "
+                f"{URL_ENV}: database {database_name(url)!r} is not empty "
                 f"({'; '.join(what)}); the demo writes only to an empty database, so it never "
                 f"mixes with real data: point {URL_ENV} at a new database, or unset it to use "
                 f"the embedded Postgres's demo directory"
             )
         migrate.upgrade(url)
-        return DemoDatabase(url=url, explore=None, description=_redacted(url))
+        return DemoDatabase(url=url, explore=None, description=redact_url(url))
     directory = data_dir(env) / DEMO_DIR
     url = resolve_url({DATA_DIR_ENV: str(directory)})  # starts the server, as the CLI will
     _recreate(url)
@@ -103,18 +98,6 @@ def prepare_database(env: Mapping[str, str] | None = None) -> DemoDatabase:
 
 def _recreate(url: str) -> None:
     """Drop and recreate ``url``'s database (the demo server's own), from template1."""
-    name = make_url(url).database
-    if not name:
-        raise DemoError(f"the demo database URL names no database: {_redacted(url)}")
-    admin = create_engine(
-        make_url(url).set(database="template1").render_as_string(hide_password=False),
-        isolation_level="AUTOCOMMIT",
-    )
-    try:
-        check_connection(admin)
-        quoted = '"' + name.replace('"', '""') + '"'
-        with admin.connect() as conn:
-            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
-            conn.execute(sa.text(f"CREATE DATABASE {quoted}"))
-    finally:
-        admin.dispose()
+    if database_name(url) is None:
+        raise DemoError(f"the demo database URL names no database: {redact_url(url)}")
+    recreate_database(url)

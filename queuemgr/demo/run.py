@@ -50,7 +50,7 @@ from queuemgr.metrics import SchedulerMetrics
 from queuemgr.service.app import Service
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.store.config_objects import load_config
-from queuemgr.store.database import create_engine
+from queuemgr.store.handle import Database
 from queuemgr.store.readouts import WorkloadProgress, workload_progress
 from queuemgr.store.transitions import submit_workload
 
@@ -150,8 +150,8 @@ class Demo:
                 policy=demo_policy(speed),
             )
             self.service = Service(config)
-        self.engine = create_engine(database.url)
-        with self.engine.connect() as conn:
+        self.db = Database.open(database.url)
+        with self.db.read() as conn:
             self.config: Config = load_config(conn)[0]
         self._next = 0  # index of the next submission in the plan
         self._tally = _Tally()
@@ -218,7 +218,7 @@ class Demo:
         """Submit what is due, read the database once, and describe what changed."""
         assert self.started is not None
         self._submit_due(self._clock())
-        rows = workload_progress(self.engine)
+        rows = workload_progress(self.db)
         return self._frame(rows, self._clock())
 
     def _submit_due(self, now: float) -> None:
@@ -229,7 +229,7 @@ class Demo:
             due.append(self.plan[self._next])
             self._next += 1
         if due:
-            with self.engine.begin() as conn:
+            with self.db.write() as conn:
                 for s in due:
                     submit_workload(conn, s.workload(created_at=self._clock()))
 
@@ -362,7 +362,7 @@ class Demo:
     def summary(self, outcome: str) -> Summary:
         """The run's figures from the database rows (and the service's decision counters)."""
         now = self._clock()
-        rows = workload_progress(self.engine)
+        rows = workload_progress(self.db)
         self.waiting = [r.id for r in rows if r.state in QUEUED]
         tenants, span, utilization = summarize_rows(rows, capacity=self.gpu_capacity, now=now)
         admissions, preemptions = self._counters()
@@ -401,4 +401,4 @@ class Demo:
 
     def close(self) -> None:
         self.stop()
-        self.engine.dispose()
+        self.db.dispose()

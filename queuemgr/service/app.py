@@ -2,7 +2,7 @@
 
 Why it exists: the loop, the elector, the listener and the HTTP server only
 know ports and each other's narrow methods; :class:`Service` builds the
-concrete pieces (store engine, backend, metrics, APScheduler job) from a
+concrete pieces (the store's Database, backend, metrics, APScheduler job) from a
 :class:`~queuemgr.service.settings.ServiceConfig` and starts and stops them in
 order.
 
@@ -17,9 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-
-from sqlalchemy import Engine, text
-from sqlalchemy.exc import SQLAlchemyError
 
 from queuemgr.controller.admission_webhook import AdmissionWebhook
 from queuemgr.controller.kube_controller import KubeController
@@ -37,14 +34,11 @@ from queuemgr.service.http import HttpServer
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store import config_objects as store_config
-from queuemgr.store.database import (
-    URL_ENV,
-    DatabaseError,
-    check_connection,
-    create_engine,
-    resolve_url,
-)
+from queuemgr.store.database import URL_ENV, DatabaseError, resolve_url
+from queuemgr.store.errors import StoreError
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import NotLeader, fence, may_lead, record_leader
+from queuemgr.store.readouts import require_schema
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +48,13 @@ log = logging.getLogger(__name__)
 LOOP_FAILURE_GRACE = 30.0
 
 
-def _seed_cluster(engine: Engine, config: ServiceConfig) -> list[Node]:
+def _seed_cluster(db: Database, config: ServiceConfig) -> list[Node]:
     """Upsert the cluster file's objects; returns its nodes for the simulated backend."""
     if config.cluster_file is None:
         return []
     cluster = load_cluster_file(config.cluster_file)
     actor = store_config.os_actor()
-    with engine.begin() as conn:
+    with db.write() as conn:
         for f in cluster.flavors.values():
             store_config.upsert_flavor(conn, f, actor=actor)
         for n in cluster.nodes.values():
@@ -90,13 +84,13 @@ class Service:
         env = {k: v for k, v in os.environ.items() if k != URL_ENV}
         if config.database_url is not None:
             env[URL_ENV] = config.database_url
-        self.engine = create_engine(resolve_url(env))
-        check_connection(self.engine)
+        self.db = Database.open(resolve_url(env))
+        self.db.check()
         try:
-            with self.engine.connect() as conn:
-                conn.execute(text("SELECT 1 FROM workloads LIMIT 0"))
+            with self.db.read() as conn:
+                require_schema(conn)
                 role = may_lead(conn)  # fails as well on a schema older than the lease
-        except SQLAlchemyError:
+        except StoreError:
             raise DatabaseError(
                 "the database has no queuemgr schema, or an older one: run `queuemgr db upgrade`"
             ) from None
@@ -107,14 +101,12 @@ class Service:
                 " schema's owner (docs/operations.md, database roles)"
             )
         # Every replica serves the admission webhook, leader or not (it only reads the store).
-        self.webhook = (
-            AdmissionWebhook(config.webhook, self.engine) if config.webhook.enabled else None
-        )
-        nodes = _seed_cluster(self.engine, config)
+        self.webhook = AdmissionWebhook(config.webhook, self.db) if config.webhook.enabled else None
+        nodes = _seed_cluster(self.db, config)
         # backend: kubernetes: watches, sync, readiness and status write-back over the API.
         self.kube: KubeController | None = None
         if backend is None and config.backend == "kubernetes":
-            self.kube = KubeController(config.kubernetes, self.engine, self.clock)
+            self.kube = KubeController(config.kubernetes, self.db, self.clock)
             backend = self.kube.backend
         self.backend: ClusterBackend = backend or SimulatedBackend(
             nodes, self.clock, default_runtime=config.default_runtime
@@ -123,10 +115,10 @@ class Service:
         # This replica's count of the preemptions it decided (the demo's summary reads it).
         self.preemptions = PreemptionTally()
         self.elector = LeaderElector(
-            self.engine, replica=config.replica, metrics=self.metrics, on_elected=self._wake
+            self.db, replica=config.replica, metrics=self.metrics, on_elected=self._wake
         )
         self.loop = SchedulerLoop(
-            engine=self.engine,
+            db=self.db,
             backend=self.backend,
             clock=self.clock,
             elector=self.elector,
@@ -138,7 +130,7 @@ class Service:
         if self.kube is not None:
             self.kube.attach(self.elector, self.metrics)
             self.kube.backend.set_wake(self.loop.wake)
-        self.listener = NotifyListener(self.engine, self.loop.wake)
+        self.listener = NotifyListener(self.db, self.loop.wake)
         self.jobs = Ticker(
             config.cycle_interval, self.loop.request_safety_cycle, name="queuemgr-safety-cycle"
         )
@@ -161,7 +153,7 @@ class Service:
         token = self.elector.token
         if token is not None:
             try:
-                with self.engine.begin() as conn:
+                with self.db.write() as conn:
                     fence(conn, token)
                     record_leader(
                         conn,
@@ -169,7 +161,7 @@ class Service:
                         policy=policy_knobs(self.config.policy),
                         now=self.clock.now(),
                     )
-            except (SQLAlchemyError, NotLeader) as exc:  # informational; never blocks scheduling
+            except (StoreError, NotLeader) as exc:  # informational; never blocks scheduling
                 log.warning("could not record the leader's settings: %s", exc)
         self.loop.wake()
 
@@ -180,7 +172,7 @@ class Service:
         if not self.loop.running:
             return False, "loop not running"
         try:
-            check_connection(self.engine)
+            self.db.check()
         except DatabaseError as exc:
             return False, str(exc)
         if self.kube is not None and not self.kube.watch.synced:
@@ -218,7 +210,7 @@ class Service:
         self.http.stop()
         if self.webhook is not None:
             self.webhook.stop()
-        self.engine.dispose()
+        self.db.dispose()
 
     def wait(self) -> None:
         self._stopped.wait()

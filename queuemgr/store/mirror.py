@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 
 from queuemgr.core.cache import Cache
 from queuemgr.core.claims import Claim
@@ -47,6 +47,7 @@ from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 from queuemgr.store.config_objects import load_config
 from queuemgr.store.decisions import Persisted
+from queuemgr.store.handle import Database
 from queuemgr.store.live import LiveRow, Status, read_live, read_stopping
 from queuemgr.store.state import StoredState, with_claims
 from queuemgr.store.tenant_view import read_as_tenant
@@ -123,7 +124,7 @@ class StateMirror:
         return dict(self._held)
 
     def refresh(
-        self, engine: Engine, *, now: float | None = None, as_tenant: bool = False
+        self, db: Database, *, now: float | None = None, as_tenant: bool = False
     ) -> StoredState:
         """The state as of ``now`` (the wall clock when not given), reading only what changed.
 
@@ -132,8 +133,7 @@ class StateMirror:
         after the configuration's fingerprint, which only the tables have.
         """
         now = time.time() if now is None else now
-        connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-        with connection as conn, conn.begin():
+        with db.snapshot() as conn:
             fingerprint = str(conn.execute(_CONFIG_FINGERPRINT).scalar_one())
             if as_tenant:
                 read_as_tenant(conn)

@@ -10,17 +10,32 @@ Every move of a workload (``store.transitions``), every config write
 (``store.config.audit_change``) and every submission (the ``queuemgr_submit``
 function) notifies by itself: no caller has to remember to.
 
+The other end is :func:`listen`: a connection of its own that LISTENs on the
+channel and hands over each notification as it arrives; the controller's
+listener thread only decides what a notification wakes.
+
 What must stay true: a payload is a short event kind (``submitted``,
 ``finished``, ``evicted``, ``requeued``, ``config``), never data the listener relies on:
 notifications may coalesce or be lost while a listener reconnects, so the
 loop always reloads the whole snapshot and also runs a periodic safety cycle.
+A listening connection is never returned to the pool (it would stay
+subscribed); a failure of it is a :class:`~queuemgr.store.errors.StoreError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
 from sqlalchemy import Connection, text
 
 from queuemgr.core.model import WorkloadId
+from queuemgr.store.errors import translated
+from queuemgr.store.handle import Database
 
 CHANNEL = "queuemgr"
 
@@ -48,3 +63,40 @@ def evicted_workloads(conn: Connection) -> list[WorkloadId]:
         {"held": HELD_REASON},
     )
     return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]
+
+
+class Listening:
+    """A connection subscribed to a channel (from :func:`listen`)."""
+
+    def __init__(self, driver: psycopg.Connection[Any]) -> None:
+        self._driver = driver
+
+    def notifications(self, timeout: float) -> Iterator[str]:
+        """Each payload as it arrives, until ``timeout`` seconds have passed in all.
+
+        The timeout bounds how long a caller that wants to stop waits for this
+        to return. A lost connection raises StoreError.
+        """
+        with translated():
+            for notification in self._driver.notifies(timeout=timeout):
+                yield notification.payload
+
+
+@contextmanager
+def listen(db: Database, channel: str = CHANNEL) -> Iterator[Listening]:
+    """A connection of its own LISTENing on ``channel`` (autocommit), dropped at the end.
+
+    It is subscribed before this yields: whatever commits from then on is heard.
+    """
+    raw: Any = None
+    try:
+        with translated():
+            raw = db.engine.raw_connection()
+            driver: psycopg.Connection[Any] = raw.driver_connection
+            driver.autocommit = True
+            driver.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        yield Listening(driver)
+    finally:
+        if raw is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing to release
+                raw.invalidate()

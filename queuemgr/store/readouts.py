@@ -1,10 +1,11 @@
-"""Read-only views of the store for a live display and a run's summary.
+"""Read-only views of the store for a live display, a run's summary and shell completion.
 
 Why it exists: ``queuemgr demo`` redraws its view four times a second from the
 database and ends with figures computed from the rows, not from its own
 bookkeeping. Every workload (finished ones too) with its GPU count and the
 GPUs it holds per node comes from two small queries; what a database already
-holds is checked before the demo writes to it.
+holds is checked before the demo writes to it. The shell completes workload
+and LocalQueue names from here too (``queuemgr completion``).
 
 What must stay true: nothing here writes; workloads and placements are read in
 one REPEATABLE READ transaction, so a workload's state and its placements
@@ -17,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, inspect, text
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.resources import GPU
 from queuemgr.store import codec
+from queuemgr.store.handle import Database
 from queuemgr.store.models import Base
 
 _WORKLOADS = text("""
@@ -69,10 +71,9 @@ def _seconds(value: object) -> float | None:
     return None if value is None else codec.seconds(value)  # type: ignore[arg-type]
 
 
-def workload_progress(engine: Engine) -> list[WorkloadProgress]:
+def workload_progress(db: Database) -> list[WorkloadProgress]:
     """Every workload, in submission order, with the GPUs it requests and holds per node."""
-    connection = engine.connect().execution_options(isolation_level="REPEATABLE READ")
-    with connection as conn, conn.begin():
+    with db.snapshot() as conn:
         rows = conn.execute(_WORKLOADS, {"gpu": GPU}).mappings().all()
         placed: dict[int, dict[str, int]] = {}
         for p in conn.execute(_PLACED, {"gpu": GPU}):
@@ -115,6 +116,11 @@ class Occupancy:
 _HELD = {"scheduler_lease": "epoch > 0"}
 
 
+def require_schema(conn: Connection) -> None:
+    """Read nothing from ``workloads``: fails (a StoreError on the way out) where it is missing."""
+    conn.execute(text("SELECT 1 FROM workloads LIMIT 0"))
+
+
 def occupancy(conn: Connection) -> Occupancy:
     """The tables of the connection's default schema that hold something."""
     ours = set(Base.metadata.tables)
@@ -129,3 +135,31 @@ def occupancy(conn: Connection) -> Occupancy:
         ).scalar()
     )
     return Occupancy(foreign_tables=foreign, tables_with_rows=with_rows)
+
+
+# A shell shows what it completes: a few hundred names are more than anyone reads.
+COMPLETIONS = 200
+
+
+def workload_names(conn: Connection, namespace: str, prefix: str) -> list[str]:
+    """Names of the unfinished workloads of ``namespace`` starting with ``prefix``, sorted."""
+    rows = conn.execute(
+        text(
+            "SELECT name FROM workloads WHERE namespace = :ns AND starts_with(name, :prefix) "
+            "AND state <> 'Finished' ORDER BY name LIMIT :limit"
+        ),
+        {"ns": namespace, "prefix": prefix, "limit": COMPLETIONS},
+    )
+    return [str(r[0]) for r in rows]
+
+
+def local_queue_names(conn: Connection, namespace: str, prefix: str) -> list[str]:
+    """Names of the LocalQueues of ``namespace`` starting with ``prefix``, sorted."""
+    rows = conn.execute(
+        text(
+            "SELECT name FROM local_queues WHERE namespace = :ns AND starts_with(name, :prefix) "
+            "ORDER BY name"
+        ),
+        {"ns": namespace, "prefix": prefix},
+    )
+    return [str(r[0]) for r in rows]

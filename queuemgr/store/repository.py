@@ -14,18 +14,17 @@ round); what is withheld or set apart is :class:`~queuemgr.store.state.StoredSta
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
-
+from queuemgr.store.handle import Database
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.state import StoredState
 
 
-def load_state(engine: Engine, *, now: float | None = None, as_tenant: bool = False) -> StoredState:
+def load_state(db: Database, *, now: float | None = None, as_tenant: bool = False) -> StoredState:
     """Config plus queued and admitted workloads, read from one consistent snapshot.
 
     ``now`` (the wall clock when not given) decides which workloads still back off.
     ``as_tenant`` reads the tenant views (``store.tenant_view``): every live
     workload, other namespaces' under tokens, where row security would show a
-    tenant its own alone.
+    tenant its own alone. A database failure is a :class:`~queuemgr.store.errors.StoreError`.
     """
-    return StateMirror().refresh(engine, now=now, as_tenant=as_tenant)
+    return StateMirror().refresh(db, now=now, as_tenant=as_tenant)

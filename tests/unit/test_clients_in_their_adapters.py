@@ -1,12 +1,11 @@
 """Each outside system's client library is imported by its adapter alone.
 
 ``kubernetes`` only in ``queuemgr/k8s``; ``sqlalchemy`` and ``psycopg`` only in
-``queuemgr/store`` (and ``migrations/``), apart from the modules listed in
-``SQL_NOT_YET_BEHIND_THE_STORE``, which still open transactions of their own. That
-list may only shrink: a module that no longer needs its place on it fails the test
-too, so the list says exactly what is left to move. import-linter's forbidden
-contracts (.importlinter) say the same for whole packages; this test checks
-every module, and the lazy imports inside functions as well.
+``queuemgr/store`` (and ``migrations/``): the rest of the package holds the
+store's ``Database``, passes the transactions it yields to the store's
+functions and catches the store's errors. import-linter's forbidden contracts
+(.importlinter) say the same for whole packages; this test checks every
+module, and the lazy imports inside functions as well.
 """
 
 from __future__ import annotations
@@ -19,26 +18,6 @@ from tests.unit.test_core_is_pure import _imports
 
 PACKAGE = Path(__file__).resolve().parents[2] / "queuemgr"
 MODULES = sorted(PACKAGE.rglob("*.py"))
-
-# Modules still driving SQLAlchemy themselves (engines, transactions, their types).
-SQL_NOT_YET_BEHIND_THE_STORE = {
-    "cli/apply.py",
-    "cli/common.py",
-    "cli/completion.py",
-    "cli/errors.py",
-    "cli/explain.py",
-    "cli/views.py",
-    "controller/store_directory.py",
-    "controller/kube_controller.py",
-    "controller/kube_readiness.py",
-    "controller/kube_sync.py",
-    "controller/leader.py",
-    "controller/listener.py",
-    "controller/loop.py",
-    "controller/admission_webhook.py",
-    "demo/demo_database.py",
-    "service/app.py",
-}
 
 
 def _uses(path: Path, *roots: str) -> bool:
@@ -61,12 +40,6 @@ def test_sqlalchemy_and_psycopg_are_imported_only_by_the_store(path: Path) -> No
     name = _name(path)
     if name.startswith("store/"):
         return
-    uses = _uses(path, "sqlalchemy", "psycopg")
-    if name in SQL_NOT_YET_BEHIND_THE_STORE:
-        assert uses, f"{name} no longer imports sqlalchemy: take it off the list"
-    else:
-        assert not uses, f"{name} imports sqlalchemy or psycopg outside the store"
-
-
-def test_the_list_names_only_modules_that_exist() -> None:
-    assert {_name(p) for p in MODULES} >= SQL_NOT_YET_BEHIND_THE_STORE
+    assert not _uses(path, "sqlalchemy", "psycopg"), (
+        f"{name} imports sqlalchemy or psycopg outside the store"
+    )

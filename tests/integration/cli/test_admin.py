@@ -19,6 +19,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.reasons import Decisions, PendingStatuses
 from queuemgr.store.decisions import persist_decisions
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from tests.integration.cli.conftest import Invoke, no_traceback
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 def _admit_all(engine: Engine) -> None:
     """Admit every pending workload on h100 node h100-<i>, as the service would have."""
-    state = load_state(engine)
+    state = load_state(Database(engine))
     admitted = tuple(
         AdmittedWorkload(
             workload=w,

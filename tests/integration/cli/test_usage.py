@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.usage import sample_usage, save_queue_usage
 from tests.integration.cli.conftest import Invoke, no_traceback
@@ -29,7 +30,7 @@ def sampled(cli: Invoke, applied: Path, engine: Engine) -> float:
     for name in ("one", "two"):
         _submit(cli, name, "team-b")
     assert len(run_one_cycle(engine).admitted) == 2
-    state = load_state(engine)
+    state = load_state(Database(engine))
     now = time.time()
     with engine.begin() as conn:
         # One sample from three hours ago, two from the last two hours, an hour each.

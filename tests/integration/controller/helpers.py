@@ -14,6 +14,7 @@ from queuemgr.controller.ports import Clock, SystemClock
 from queuemgr.controller.testing import FakeBackend
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store.handle import Database
 
 
 def make_loop(
@@ -26,9 +27,10 @@ def make_loop(
 ) -> tuple[SchedulerLoop, LeaderElector, FakeBackend]:
     metrics = SchedulerMetrics()
     backend = FakeBackend()
-    elector = LeaderElector(engine, replica=replica, metrics=metrics, retry_interval=0.2)
+    db = Database(engine)
+    elector = LeaderElector(db, replica=replica, metrics=metrics, retry_interval=0.2)
     loop = SchedulerLoop(
-        engine=engine,
+        db=db,
         backend=backend,
         clock=clock or SystemClock(),
         elector=elector,

@@ -15,6 +15,7 @@ from queuemgr.controller.leader import REJOIN_HEARTBEATS, LeaderElector
 from queuemgr.controller.listener import NotifyListener
 from queuemgr.controller.loop import SERVICE_POLICY, SchedulerLoop
 from queuemgr.core.cycle import schedule
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import (
     FENCED_IDLE_TIMEOUT,
     NotLeader,
@@ -47,7 +48,7 @@ def _terminate(engine: Engine, pid: int) -> None:
 class Replica:
     def __init__(self, engine: Engine, name: str) -> None:
         self.loop, self.elector, self.backend = make_loop(engine, replica=name)
-        self.listener = NotifyListener(engine, self.loop.wake)
+        self.listener = NotifyListener(Database(engine), self.loop.wake)
 
     def start(self) -> None:
         self.loop.start()
@@ -125,8 +126,8 @@ def test_a_replica_that_lost_the_lease_lets_a_standby_take_it_first(engine: Engi
     step, and won whenever its heartbeat came before the standby's try: the failover
     test's standby then never led (CI failed on it once)."""
     retry = 0.2
-    old = LeaderElector(engine, replica="old", retry_interval=retry)
-    standby = LeaderElector(engine, replica="standby", retry_interval=retry)
+    old = LeaderElector(Database(engine), replica="old", retry_interval=retry)
+    standby = LeaderElector(Database(engine), replica="standby", retry_interval=retry)
     try:
         assert old.step()
         token = old.token
@@ -160,7 +161,7 @@ def test_an_old_leader_that_lost_its_lock_cannot_commit(engine: Engine) -> None:
         token = old_elector.token
         assert token is not None
         # The old leader computes its decisions, then pauses ...
-        state = load_state(engine)
+        state = load_state(Database(engine))
         snapshot = dataclasses.replace(state.snapshot(), policy=SERVICE_POLICY)
         decisions = schedule(snapshot, time.time())
         assert decisions.admitted

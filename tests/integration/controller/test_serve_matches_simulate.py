@@ -58,6 +58,7 @@ from queuemgr.sim.engine import Engine as SimEngine
 from queuemgr.sim.engine import Event
 from queuemgr.spec.scenario import Scenario, SimWorkload, load_scenario
 from queuemgr.store.config_objects import load_config
+from queuemgr.store.handle import Database
 from queuemgr.store.transitions import submit_workload
 
 pytestmark = pytest.mark.integration
@@ -210,7 +211,9 @@ def serve(
     With ``settle``, cycles run at each instant until one decides nothing (the
     real loop also wakes itself after finishes and on every NOTIFY).
     """
-    nodes = _seed_cluster(engine, ServiceConfig(cluster_file=_cluster_file(path, tmp_path)))
+    nodes = _seed_cluster(
+        Database(engine), ServiceConfig(cluster_file=_cluster_file(path, tmp_path))
+    )
     assert {n.name for n in nodes} == set(scenario.config.nodes)
     with engine.connect() as conn:
         stored, _stopped = load_config(conn)
@@ -229,9 +232,10 @@ def serve(
     clock = ManualClock(0.0)
     backend = ScenarioBackend(nodes, scenario, workloads, clock)
     metrics = SchedulerMetrics()
-    elector = LeaderElector(engine, replica="a", metrics=metrics, retry_interval=0.2)
+    db = Database(engine)
+    elector = LeaderElector(db, replica="a", metrics=metrics, retry_interval=0.2)
     loop = SchedulerLoop(
-        engine=engine,
+        db=db,
         backend=backend,
         clock=clock,
         elector=elector,

@@ -49,6 +49,7 @@ from queuemgr.k8s.webhook_server import WebhookServer
 from queuemgr.service.app import Service
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.store import config_objects as store_config
+from queuemgr.store.handle import Database
 from tests.controlplane.harness import ControlPlane, add_gpu_node, set_pod_phase, wait_for
 
 GPU = ResourceName("nvidia.com/gpu")
@@ -314,7 +315,7 @@ def store_webhook(env: KubeEnv) -> Iterator[WebhookServer]:
     """
     selector = LabelSelector.parse(f"{MANAGED}={env.suffix}")
     handler = AdmissionHandler(
-        StoreQueueDirectory(env.engine),
+        StoreQueueDirectory(Database(env.engine)),
         WebhookSettings(namespace_selector=selector),
         ApiNamespaceLabels(env.api),
     )

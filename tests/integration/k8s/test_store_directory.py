@@ -33,6 +33,7 @@ from queuemgr.store.config_objects import (
     upsert_node,
 )
 from queuemgr.store.database import create_engine
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import submit_workload
 from tests.unit.k8s.helpers import manifest
@@ -111,7 +112,7 @@ def directories(engine: Engine) -> tuple[StoreQueueDirectory, InMemoryDirectory]
             upsert_local_queue(conn, lq, actor="test:k8s")
         workload = job_for(_tolerant_job()).workload(created_at=1_700_000_000.0)
         submit_workload(conn, workload)
-    decisions = schedule(load_state(engine).snapshot(), 1_700_000_001.0)
+    decisions = schedule(load_state(Database(engine)).snapshot(), 1_700_000_001.0)
     assert [a.workload.name for a in decisions.admitted] == ["pretrain"]
     with engine.begin() as conn:
         store_decisions.persist_decisions(conn, decisions, now=1_700_000_001.0)
@@ -123,7 +124,7 @@ def directories(engine: Engine) -> tuple[StoreQueueDirectory, InMemoryDirectory]
         local_queues=LOCAL_QUEUES,
         admitted=admitted,
     )
-    return StoreQueueDirectory(engine), fake
+    return StoreQueueDirectory(Database(engine)), fake
 
 
 def _comparable(view: ClusterQueueView | None) -> object:
@@ -200,8 +201,8 @@ def test_an_unreachable_database_is_unavailable_not_an_error() -> None:
     engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2")
     try:
         with pytest.raises(DirectoryUnavailable, match="the queuemgr database"):
-            StoreQueueDirectory(engine).local_queue("team-a", "default")
-        out = AdmissionHandler(StoreQueueDirectory(engine)).validate(
+            StoreQueueDirectory(Database(engine)).local_queue("team-a", "default")
+        out = AdmissionHandler(StoreQueueDirectory(Database(engine))).validate(
             review("CREATE", manifest("job-gpu"))
         )
         assert out["response"]["allowed"] is True and out["response"]["warnings"]

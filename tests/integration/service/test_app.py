@@ -20,6 +20,7 @@ from queuemgr.service import app
 from queuemgr.service.app import Service, _seed_cluster
 from queuemgr.service.settings import ConfigError, load_config
 from queuemgr.store.config_objects import load_config as load_store_config
+from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.transitions import submit_workload
 from tests.integration.controller.helpers import states, wait_for
@@ -159,7 +160,7 @@ def test_the_cluster_files_cohorts_keep_their_settings(
     (tmp_path / "cluster.yaml").write_text(cluster)
     (tmp_path / "serve.yaml").write_text("cluster_file: cluster.yaml\n")
     config = load_config(tmp_path / "serve.yaml", env={"QUEUEMGR_DATABASE_URL": database_url})
-    _seed_cluster(engine, config)  # what Service() does first
+    _seed_cluster(Database(engine), config)  # what Service() does first
     with engine.connect() as conn:
         stored = load_store_config(conn)[0]
     assert stored.cohorts == load_cluster_file(tmp_path / "cluster.yaml").cohorts

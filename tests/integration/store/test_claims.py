@@ -23,6 +23,7 @@ from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
 from queuemgr.store.config_objects import upsert_node
+from queuemgr.store.handle import Database
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
@@ -74,9 +75,9 @@ def _preempted(engine: Engine) -> Decisions:
     """x0 borrows the only node; owner's mine then reclaims it: x0 evicted, mine claims."""
     seed_lenders(engine)
     _submit(engine, ("borrower", "x0"))
-    _commit(engine, load_state(engine, now=NOW + 10), NOW + 10)
+    _commit(engine, load_state(Database(engine), now=NOW + 10), NOW + 10)
     _submit(engine, ("owner", "mine"))
-    decisions, done = _commit(engine, load_state(engine, now=NOW + 11), NOW + 11)
+    decisions, done = _commit(engine, load_state(Database(engine), now=NOW + 11), NOW + 11)
     assert [e.victim.workload.id for e in decisions.evicted] == [X0]
     assert [c.workload.id for c in decisions.claims] == [MINE] and done.claims_written == 1
     return decisions
@@ -98,7 +99,7 @@ def test_a_claim_is_stored_with_the_eviction_and_loaded_into_the_snapshot(
         "victims": ["borrower/x0"],
         "made_at": "2023-11-14T22:15:11+00:00",
     }
-    state = load_state(engine, now=NOW + 12)
+    state = load_state(Database(engine), now=NOW + 12)
     assert state.stopping == {X0}
     claim = state.claims[MINE]
     assert (claim.admission, claim.victims, claim.made_at) == (
@@ -126,7 +127,7 @@ def test_the_admission_on_the_claim_clears_it_and_a_requeue_backs_off(engine: En
     assert message == (
         "preempted once: backs off until 2023-11-14T22:16:20+00:00 (60s) before it is tried again"
     )
-    state = load_state(engine, now=NOW + 21)
+    state = load_state(Database(engine), now=NOW + 21)
     assert state.backing_off == {X0: NOW + 80} and not state.stopping
     assert [w.id for w in state.pending] == [MINE]
     decisions, done = _commit(engine, state, NOW + 21)
@@ -137,8 +138,8 @@ def test_the_admission_on_the_claim_clears_it_and_a_requeue_backs_off(engine: En
 
     with engine.begin() as conn:  # the room is free again: x0 still waits out its backoff
         finish_many(conn, [RunEnd(workload=MINE, admitted_at=None)], now=NOW + 30)
-    assert [w.id for w in load_state(engine, now=NOW + 79.9).pending] == []
-    state = load_state(engine, now=NOW + 80)
+    assert [w.id for w in load_state(Database(engine), now=NOW + 79.9).pending] == []
+    state = load_state(Database(engine), now=NOW + 80)
     assert [w.id for w in state.pending] == [X0] and not state.backing_off
     decisions, _ = _commit(engine, state, NOW + 80)
     assert [a.workload.id for a in decisions.admitted] == [X0]
@@ -153,31 +154,31 @@ def test_the_backoff_doubles_with_each_preemption_and_other_evictions_do_not_cou
     _submit(engine, ("borrower", "x0"))
     now = NOW + 10
     for n, preempted in ((1, True), (1, False), (2, True), (3, True)):
-        _commit(engine, load_state(engine, now=now), now)  # admits x0 again
+        _commit(engine, load_state(Database(engine), now=now), now)  # admits x0 again
         with engine.begin() as conn:
             evict(conn, X0, now=now, reason="Preempted", preempted=preempted)
             until = requeue_workload(conn, X0, now=now, backoff=POLICY.requeue_delay)
         assert _column(engine, X0, "evictions") == n
         assert until == now + POLICY.requeue_delay(n) == now + 60 * 2 ** (n - 1)
         now = until
-    _commit(engine, load_state(engine, now=now), now)
+    _commit(engine, load_state(Database(engine), now=now), now)
     with engine.begin() as conn:  # a requeue without backoff (readiness): pending at once
         evict(conn, X0, now=now, reason="PodsReadyTimeout", preempted=False)
         assert requeue_workload(conn, X0, now=now) is None
     assert _column(engine, X0, "requeue_at") is None
     assert _column(engine, X0, "message") == ""
-    assert load_state(engine, now=now).pending[0].evictions == 3
+    assert load_state(Database(engine), now=now).pending[0].evictions == 3
 
 
 def test_a_claim_whose_room_is_gone_is_released(engine: Engine) -> None:
     _preempted(engine)
     with engine.begin() as conn:  # the node is drained before x0 has even stopped
         upsert_node(conn, dataclasses.replace(NODES[0], schedulable=False), actor="test")
-    decisions, done = _commit(engine, load_state(engine, now=NOW + 12), NOW + 12)
+    decisions, done = _commit(engine, load_state(Database(engine), now=NOW + 12), NOW + 12)
     assert decisions.released_claims == (MINE,) and not decisions.claims
     assert done.claims_written == 1
     assert _column(engine, MINE, "claim") is None
-    assert MINE not in load_state(engine, now=NOW + 13).claims
+    assert MINE not in load_state(Database(engine), now=NOW + 13).claims
 
 
 def test_cancelling_a_claimant_ends_its_claim(engine: Engine) -> None:
@@ -185,15 +186,15 @@ def test_cancelling_a_claimant_ends_its_claim(engine: Engine) -> None:
     with engine.begin() as conn:
         finish_workload(conn, MINE, now=NOW + 12, reason="Cancelled")
     assert _column(engine, MINE, "claim") is None
-    assert not load_state(engine, now=NOW + 13).claims
+    assert not load_state(Database(engine), now=NOW + 13).claims
 
 
 def test_a_claim_for_a_preemptor_gone_meanwhile_rolls_the_cycle_back(engine: Engine) -> None:
     seed_lenders(engine)
     _submit(engine, ("borrower", "x0"))
-    _commit(engine, load_state(engine, now=NOW + 10), NOW + 10)
+    _commit(engine, load_state(Database(engine), now=NOW + 10), NOW + 10)
     _submit(engine, ("owner", "mine"), ("solo", "s"))
-    state = load_state(engine, now=NOW + 11)
+    state = load_state(Database(engine), now=NOW + 11)
     decisions = schedule(state.snapshot(), NOW + 11)
     assert decisions.claims
     with engine.begin() as conn:  # cancelled between the snapshot and the commit
@@ -210,15 +211,15 @@ def test_the_mirror_agrees_with_load_state_through_claims_and_backoff(engine: En
     mirror = StateMirror()
 
     def cycle(now: float) -> Decisions:
-        state = mirror.refresh(engine, now=now)
-        _same(state, load_state(engine, now=now))
+        state = mirror.refresh(Database(engine), now=now)
+        _same(state, load_state(Database(engine), now=now))
         decisions, done = _commit(engine, state, now)
         mirror.committed(decisions, done, now=now)
         return decisions
 
     def same(now: float) -> StoredState:
-        state = mirror.refresh(engine, now=now)
-        loaded = load_state(engine, now=now)
+        state = mirror.refresh(Database(engine), now=now)
+        loaded = load_state(Database(engine), now=now)
         _same(state, loaded)
         assert dict(state.claims) == dict(loaded.claims)
         assert state.stopping == loaded.stopping
@@ -261,8 +262,8 @@ def test_an_eviction_sets_when_the_workload_waits_from_and_every_reader_sees_it(
     _submit(engine, ("borrower", "x0"))
     mirror = StateMirror()
     now = NOW + 10
-    _commit(engine, load_state(engine, now=now), now)
-    admitted = mirror.refresh(engine, now=now).admitted  # the mirror knows x0 from here
+    _commit(engine, load_state(Database(engine), now=now), now)
+    admitted = mirror.refresh(Database(engine), now=now).admitted  # the mirror knows x0 from here
     assert [a.workload.queued_at for a in admitted] == [None]
     created = admitted[0].workload.created_at
     assert admitted[0].workload.queued_since == created
@@ -271,11 +272,14 @@ def test_an_eviction_sets_when_the_workload_waits_from_and_every_reader_sees_it(
         with engine.begin() as conn:
             evict(conn, X0, now=evicted_at, reason="Preempted", preempted=preempted)
             requeue_workload(conn, X0, now=evicted_at)
-        for state in (load_state(engine, now=evicted_at), mirror.refresh(engine, now=evicted_at)):
+        for state in (
+            load_state(Database(engine), now=evicted_at),
+            mirror.refresh(Database(engine), now=evicted_at),
+        ):
             (w,) = state.pending
             assert (w.queued_at, w.queued_since, w.created_at) == (
                 evicted_at,
                 evicted_at,
                 created,
             )
-        _commit(engine, load_state(engine, now=evicted_at), evicted_at)
+        _commit(engine, load_state(Database(engine), now=evicted_at), evicted_at)

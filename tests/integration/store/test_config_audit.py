@@ -28,6 +28,7 @@ from queuemgr.store.config_objects import (
     upsert_node,
 )
 from queuemgr.store.decisions import persist_decisions
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import finish_workload, submit_workload
 from tests.integration.store.helpers import CQ, GPU, H100, LQ, NODES, gang, seed_config
@@ -165,7 +166,7 @@ def test_a_stopped_queue_admits_nothing_but_keeps_its_config(engine: Engine) -> 
     with engine.begin() as conn:
         upsert_cluster_queue(conn, CQ, actor="os:bob", stopped=True)
         submit_workload(conn, gang("a"))
-    state = load_state(engine)
+    state = load_state(Database(engine))
     assert state.stopped == {CQ.name} and CQ.name in state.config.cluster_queues
     assert state.pending == ()
 
@@ -182,7 +183,7 @@ def test_a_gone_node_is_deleted_once_nothing_runs_on_it_and_held_unschedulable_u
     seed_config(engine)  # node-0 and node-1, 8 GPUs each
     with engine.begin() as conn:
         submit_workload(conn, gang("runs", pods=2))  # one pod on each node
-    before = load_state(engine)
+    before = load_state(Database(engine))
     decisions = schedule(before.snapshot(), 1_700_000_100.0)
     placed = {p.node for a in decisions.admitted for p in a.admission.placements}
     assert placed == {"node-0", "node-1"}

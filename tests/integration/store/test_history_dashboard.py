@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import submit_workload
 from queuemgr.store.usage import sample_usage
@@ -51,7 +52,7 @@ def test_every_history_query_runs_and_gpu_hours_match_the_samples(engine: Engine
         for name in ("a", "b"):
             submit_workload(conn, gang(name))
     run_one_cycle(engine)
-    state = load_state(engine)
+    state = load_state(Database(engine))
     assert len(state.admitted) == 2
     now = time.time()
     with engine.begin() as conn:  # 16 GPUs held for two sampled hours

@@ -12,6 +12,7 @@ from queuemgr.core.model import WorkloadId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store.config_objects import upsert_cluster_queue
+from queuemgr.store.handle import Database
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
@@ -78,7 +79,7 @@ def _submit(engine: Engine, *names: str, pods: int = 1) -> None:
 
 
 def _cycle(engine: Engine, mirror: StateMirror, now: float) -> store_decisions.Persisted:
-    state = mirror.refresh(engine)
+    state = mirror.refresh(Database(engine))
     decisions = schedule(state.snapshot(), now)
     with engine.begin() as conn:
         done = store_decisions.persist_decisions(conn, decisions, now=now, previous=state.statuses)
@@ -89,29 +90,29 @@ def _cycle(engine: Engine, mirror: StateMirror, now: float) -> store_decisions.P
 def test_refresh_equals_a_full_load_and_reads_only_what_changed(engine: Engine) -> None:
     seed_config(engine)  # two nodes of 8 GPUs, a queue of 16 (+8 borrowed)
     mirror = StateMirror()
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     _submit(engine, "a", "b", "c")
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 3
     assert mirror.unjudged() == {"team-a/a", "team-a/b", "team-a/c"}  # reason "Created"
 
     done = _cycle(engine, mirror, NOW + 10)  # admits a and b; c waits with a reason
     assert done.admitted == 2 and done.statuses_written == 1
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 0  # its own writes were folded in, not read back
     assert mirror.unjudged() == set()
 
     _cycle(engine, mirror, NOW + 11)  # nothing changes: nothing written, nothing read
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 0
 
     with engine.begin() as conn:  # the cluster reports a finish: another writer's change
         finish_workload(conn, WorkloadId("team-a/a"), now=NOW + 12)
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 0  # a finished row leaves; nothing to read
     _cycle(engine, mirror, NOW + 13)  # c takes a's place
-    state = mirror.refresh(engine)
-    _same(state, load_state(engine))
+    state = mirror.refresh(Database(engine))
+    _same(state, load_state(Database(engine)))
     assert sorted(a.workload.name for a in state.admitted) == ["b", "c"]
 
 
@@ -119,7 +120,7 @@ def test_a_write_by_someone_else_in_between_is_read_again(engine: Engine) -> Non
     seed_config(engine)
     _submit(engine, "a", "b")
     mirror = StateMirror()
-    state = mirror.refresh(engine)
+    state = mirror.refresh(Database(engine))
     decisions = schedule(state.snapshot(), NOW + 10)
     with engine.begin() as conn:
         done = store_decisions.persist_decisions(
@@ -128,8 +129,8 @@ def test_a_write_by_someone_else_in_between_is_read_again(engine: Engine) -> Non
     with engine.begin() as conn:  # after the cycle's commit, before the mirror folds it in
         finish_workload(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Cancelled")
     mirror.committed(decisions, done, now=NOW + 10)
-    _same(mirror.refresh(engine), load_state(engine))
-    assert [a.workload.name for a in load_state(engine).admitted] == ["b"]
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
+    assert [a.workload.name for a in load_state(Database(engine)).admitted] == ["b"]
 
 
 def test_evictions_requeues_and_config_changes(engine: Engine) -> None:
@@ -139,25 +140,25 @@ def test_evictions_requeues_and_config_changes(engine: Engine) -> None:
     _cycle(engine, mirror, NOW + 10)
     with engine.begin() as conn:
         evict(conn, WorkloadId("team-a/a"), now=NOW + 11, reason="Preempted")
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     with engine.begin() as conn:
         requeue_workload(conn, WorkloadId("team-a/a"), now=NOW + 12)
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 1
     assert mirror.unjudged() == {"team-a/a"}  # reason "Requeued": no verdict yet
 
     with engine.begin() as conn:  # stopping the queue withholds its pending workloads
         upsert_cluster_queue(conn, CQ, actor="test:alice", stopped=True)
-    state = mirror.refresh(engine)
-    _same(state, load_state(engine))
+    state = mirror.refresh(Database(engine))
+    _same(state, load_state(Database(engine)))
     assert state.stopped and not state.pending and state.admitted
     with engine.begin() as conn:  # and a smaller quota is seen at once
         smaller = dataclasses.replace(
             CQ, flavors=(dataclasses.replace(CQ.flavors[0], borrowing_limit={}),)
         )
         upsert_cluster_queue(conn, smaller, actor="test:alice")
-    state = mirror.refresh(engine)
-    _same(state, load_state(engine))
+    state = mirror.refresh(Database(engine))
+    _same(state, load_state(Database(engine)))
     assert state.config.cluster_queues[CQ.name].flavors[0].borrowing_limit == {}
 
 
@@ -167,5 +168,5 @@ def test_reset_reads_everything_again(engine: Engine) -> None:
     mirror = StateMirror()
     _cycle(engine, mirror, NOW + 10)
     mirror.reset()
-    _same(mirror.refresh(engine), load_state(engine))
+    _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 3

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import WorkloadId
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict, finish_many, requeue_workload, submit_workload
 from tests.integration.store.helpers import job, seed_lenders
@@ -31,7 +32,7 @@ def _finish(engine: Engine, admitted_at: float | None, now: float) -> list[Workl
 
 
 def _admit(engine: Engine, now: float) -> None:
-    decisions, _ = _commit(engine, load_state(engine, now=now), now)
+    decisions, _ = _commit(engine, load_state(Database(engine), now=now), now)
     assert [a.workload.id for a in decisions.admitted] == [X0]
 
 
@@ -60,10 +61,11 @@ def test_the_end_of_an_earlier_run_does_not_finish_the_current_one(requeued: Eng
     _admit(requeued, SECOND)
     assert _finish(requeued, FIRST, NOW + 50) == []
     assert _column(requeued, X0, "state::text") == "Admitted"
-    assert load_state(requeued, now=NOW + 50).admitted[0].admitted_at == SECOND  # still placed
+    still_placed = load_state(Database(requeued), now=NOW + 50).admitted
+    assert still_placed[0].admitted_at == SECOND
     assert _finish(requeued, SECOND, NOW + 60) == [X0]
     assert _column(requeued, X0, "state::text") == "Finished"
-    assert not load_state(requeued, now=NOW + 60).admitted
+    assert not load_state(Database(requeued), now=NOW + 60).admitted
 
 
 def test_an_end_naming_no_admission_finishes_the_current_run(requeued: Engine) -> None:

@@ -15,6 +15,7 @@ from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, Workloa
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
+from queuemgr.store.handle import Database
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import (
     _move,
@@ -49,7 +50,7 @@ def test_insert_and_load_round_trip_exactly(engine: Engine) -> None:
     with engine.begin() as conn:
         submit_workload(conn, gang("a"))
         submit_workload(conn, huge)
-    state = load_state(engine)
+    state = load_state(Database(engine))
     assert {w.id: w for w in state.pending} == {w.id: w for w in (gang("a"), huge)}
     loaded = next(w for w in state.pending if w.name == "huge")
     assert loaded.pod_sets == huge.pod_sets
@@ -72,7 +73,7 @@ def test_topology_and_min_count_survive_the_store(engine: Engine) -> None:
     with engine.begin() as conn:
         submit_workload(conn, packed)
         submit_workload(conn, spread)
-    loaded = {w.name: w for w in load_state(engine).pending}
+    loaded = {w.name: w for w in load_state(Database(engine)).pending}
     assert loaded["packed"].pod_sets == packed.pod_sets
     assert loaded["spread"].pod_sets == spread.pod_sets
     assert loaded["packed"].shape == packed.shape  # schedules exactly as submitted
@@ -90,14 +91,14 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
     with engine.begin() as conn:
         for name, pods in (("fits", 2), ("waits", 2)):
             submit_workload(conn, gang(name, pods=pods))
-    before = load_state(engine)
+    before = load_state(Database(engine))
     decisions = schedule(before.snapshot(), NOW)
     assert [a.workload.name for a in decisions.admitted] == ["fits"]
     with engine.connect() as conn:
         done = store_decisions.persist_decisions(conn, decisions, now=NOW, previous=before.statuses)
         conn.commit()
     assert done.admitted == 1 and done.statuses_written == 1
-    after = load_state(engine)
+    after = load_state(Database(engine))
     assert after.admitted == decisions.admitted
     assert [w.name for w in after.pending] == ["waits"]
     # Nothing changed since: the next cycle writes no status at all.
@@ -113,13 +114,13 @@ def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
     seed_config(engine)
     with engine.begin() as conn:
         submit_workload(conn, gang("too-big", pods=4))  # 32 GPUs > 16 + 8
-    state = load_state(engine)
+    state = load_state(Database(engine))
     decisions = schedule(state.snapshot(), NOW)
     assert decisions.pending[WorkloadId("team-a/too-big")].reason is PendingReason.INADMISSIBLE
     with engine.begin() as conn:
         store_decisions.persist_decisions(conn, decisions, now=NOW, previous=state.statuses)
     assert _states(engine)["too-big"][0] == "Inadmissible"
-    assert [w.name for w in load_state(engine).pending] == ["too-big"]  # still judged
+    assert [w.name for w in load_state(Database(engine)).pending] == ["too-big"]  # still judged
 
 
 def test_decisions_are_all_or_nothing(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,7 +128,7 @@ def test_decisions_are_all_or_nothing(engine: Engine, monkeypatch: pytest.Monkey
     with engine.begin() as conn:
         submit_workload(conn, gang("a"))
         submit_workload(conn, gang("b", pods=3))
-    state = load_state(engine)
+    state = load_state(Database(engine))
     decisions = schedule(state.snapshot(), NOW)
     snapshot_before = _states(engine)
 
@@ -162,7 +163,7 @@ def test_a_workload_is_never_admitted_twice(engine: Engine) -> None:
     seed_config(engine)
     with engine.begin() as conn:
         submit_workload(conn, gang("a"))
-    state = load_state(engine)
+    state = load_state(Database(engine))
     decisions = schedule(state.snapshot(), NOW)
     first = engine.connect()
     first.begin()
@@ -194,7 +195,7 @@ def test_finish_evict_requeue_free_placements(engine: Engine) -> None:
     with engine.begin() as conn:
         submit_workload(conn, gang("a"))
         submit_workload(conn, gang("b"))
-    decisions = schedule(load_state(engine).snapshot(), NOW)
+    decisions = schedule(load_state(Database(engine)).snapshot(), NOW)
     with engine.begin() as conn:
         store_decisions.persist_decisions(conn, decisions, now=NOW)
     assert _placements(engine) == 2
@@ -208,7 +209,7 @@ def test_finish_evict_requeue_free_placements(engine: Engine) -> None:
         finish_workload(conn, a, now=NOW + 11)  # already finished
     with engine.begin() as conn:
         requeue_workload(conn, b, now=NOW + 12)
-    state = load_state(engine)
+    state = load_state(Database(engine))
     assert [w.name for w in state.pending] == ["b"] and state.admitted == ()
     assert state.statuses[b][0] is WorkloadState.PENDING
 
@@ -239,7 +240,7 @@ def test_every_move_wakes_the_scheduler_by_itself_and_only_once_committed(
         submit_workload(conn, gang("a"))
     with engine.begin() as conn:
         store_decisions.persist_decisions(
-            conn, schedule(load_state(engine).snapshot(), NOW), now=NOW
+            conn, schedule(load_state(Database(engine)).snapshot(), NOW), now=NOW
         )
     a = WorkloadId("team-a/a")
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as listener:
