@@ -29,6 +29,7 @@ from tests.integration.promserver import (
     KEY_PANELS,
     Prom,
     dashboard_targets,
+    prometheus_binary,
     render_png,
     running_prometheus,
     substitute,
@@ -89,6 +90,7 @@ def _store(engine: Engine) -> tuple[dict[str, int], dict[str, int]]:
 def test_the_dashboard_against_a_live_service(
     tmp_path: Path, engine: Engine, database_url: str
 ) -> None:
+    prometheus_binary()  # skips before a service starts that a skip would stop mid-start
     write_config(tmp_path, CLUSTER, cycle_interval=1, default_runtime=600)
     service = ServeProcess(tmp_path, database_url=database_url, replica="a").start()
     try:
