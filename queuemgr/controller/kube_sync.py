@@ -195,7 +195,7 @@ class JobSync(Worker):
         if not changed:
             return
         with self._db.write() as conn:
-            for n in changed:  # a node that changed wakes the scheduler (store.config)
+            for n in changed:  # a node that changed wakes the scheduler (store.config_objects)
                 store_config.upsert_node(conn, n, actor=ACTOR)
         for n in changed:
             self._upserted[n.name] = n

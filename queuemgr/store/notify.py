@@ -7,7 +7,7 @@ the notification is delivered if and only if the change commits, and only
 after it is visible to the woken cycle's snapshot.
 
 Every move of a workload (``store.transitions``), every config write
-(``store.config.audit_change``) and every submission (the ``queuemgr_submit``
+(``store.config_objects.audit_change``) and every submission (the ``queuemgr_submit``
 function) notifies by itself: no caller has to remember to.
 
 The other end is :func:`listen`: a connection of its own that LISTENs on the
