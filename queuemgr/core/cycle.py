@@ -122,7 +122,10 @@ class Cycle(Admitter):
             cq = config.cluster_queues.get(adm.cluster_queue)
             check = None
             if cq is not None and config.queue_for(w) == cq.name and not self._inadmissible(cq, w):
-                check = self.ledger.check_for(cq, adm.flavor, w)
+                # Capacity only, not whether ``w`` may borrow (borrowing_max_runtime): the
+                # claim took its room before anything its queue admitted after it in that
+                # cycle, so if the queue is over its nominal quota now, those borrow, not it.
+                check = self.ledger.check(cq.name, adm.flavor, w.total_requests)
             if (
                 cq is None
                 or check is None

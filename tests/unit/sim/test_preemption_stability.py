@@ -58,7 +58,7 @@ from typing import NamedTuple
 import pytest
 from hypothesis import HealthCheck, event, given, settings, target
 
-from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
+from queuemgr.core.policy import Ordering, PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, SimResult
@@ -86,6 +86,17 @@ ADMISSIONS = pytest.mark.parametrize(
         ),
         # Victims that take a while to stop: cycles run while the claim is held.
         pytest.param(SchedulerPolicy(victim_stop_delay=7.0), id="after-victims-stop-7s"),
+        # The policy replay's best: a queue admits past its head and its reservations while
+        # a claim is held, and the largest pending gang is tried first.
+        pytest.param(
+            SchedulerPolicy(
+                reservation_depth=4,
+                ordering=Ordering.USAGE,
+                largest_reservations=1,
+                largest_min_gpus=9,
+            ),
+            id="reservations-usage-largest",
+        ),
     ],
 )
 RECLAIM = "InCohortReclamation"
