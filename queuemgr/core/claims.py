@@ -12,11 +12,8 @@ What must stay true: a claim holds exactly its admission's quota and node
 capacity; only its own workload is ever admitted onto it; it ends when that
 workload is admitted, or when it stops waiting (cancelled, inadmissible, or
 the claimed room is no longer there, for instance a node went away). The room
-is quota and node capacity: whether the workload may borrow was settled when
-the claim was made, before its queue admitted anything after it, so a queue
-now over its nominal quota does not end its own claim (that took a claim
-made within nominal quota away when its queue's later borrowers filled the
-nominal quota, and the victims came back before their preemptor).
+is quota and node capacity only: whether the workload may borrow was settled
+when the claim was made, so its own queue's later borrowers never end it.
 """
 
 from __future__ import annotations
