@@ -9,14 +9,16 @@ quota ledger and node pool as admissions change them, and what was admitted,
 held, evicted and claimed), which ``cycle.Cycle`` extends with the order.
 
 What must stay true: a gang is admitted whole or not at all; nothing admitted
-takes quota or node capacity that is not free; a preemptor's admission is
-unguarded (preemption outranks reservations on both of its paths, see
-``cycle``); a verdict is memoised per (queue, shape) only when it holds for the
+takes quota or node capacity that is not free; whether a preemption may take
+room a reservation counts on is decided once, when its victims are chosen
+(``_around_reservations``), and its admission is then unguarded on both of its
+paths (see ``cycle``); a verdict is memoised per (queue, shape) only when it holds for the
 shape, since usage only grows within a cycle.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from queuemgr.core.admissibility import inadmissible
@@ -38,7 +40,7 @@ from queuemgr.core.nomination import Nomination, Nominator
 from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
-from queuemgr.core.preemption import Preemptor, may_preempt
+from queuemgr.core.preemption import Preemption, Preemptor, may_preempt
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Eviction,
@@ -120,6 +122,11 @@ class Admitter:
         )
         self.evictions: list[Eviction] = []
         self.backfill = Backfill(snapshot, now)
+        # Borrowing preemptors refused for a reservation's sake, per (queue, shape, limit),
+        # with the ledger version and guard count they were refused at.
+        self._not_for_reservation: dict[
+            tuple[ClusterQueueName, ShapeId, float | None], tuple[tuple[int, int], Verdict]
+        ] = {}
         self.nominator = Nominator(snapshot, self.ledger)
 
     # -- phase 5: admit ---------------------------------------------------
@@ -205,9 +212,30 @@ class Admitter:
         None once admitted; a ``Preempting`` verdict when it waits for its victims;
         ``NOT_PREEMPTED`` when no set of victims would let it in.
         """
-        found = self.preemptor.find(cq, w)
+        # The same shape and limit refused since nothing changed: refused again (a busy
+        # tenant offers thousands of one shape a cycle, each a whole victim search).
+        key = (cq.name, w.shape, w.max_runtime)
+        again = self._not_for_reservation.get(key)
+        if again is not None and again[0] == (self.ledger.version, len(self.backfill.guards)):
+            return again[1]
+        found = None
+        if self.backfill.guards:
+            # Victims whose going leaves it room off the reserved capacity, if there are.
+            with self.backfill.held(self.pool):
+                found = self.preemptor.find(cq, w)
+        if found is None:
+            found = self.preemptor.find(cq, w)
         if found is None:
             return NOT_PREEMPTED
+        placements, refused = self._around_reservations(cq, w, found)
+        if refused is not None:
+            self.preemptor.undo(found)
+            self._not_for_reservation[key] = (
+                (self.ledger.version, len(self.backfill.guards)),
+                refused,
+            )
+            return refused
+        found = replace(found, placements=placements)
         self.evictions.extend(found.evictions)
         self.log.extend(found.evictions)
         # Evictions free capacity, so failures seen so far may not hold any more.
@@ -228,6 +256,33 @@ class Admitter:
             reason=PendingReason.PREEMPTING,
             detail=partial(claim.describe, frozenset(victims)),
         )
+
+    def _around_reservations(
+        self, cq: ClusterQueue, w: Workload, found: Preemption
+    ) -> tuple[tuple[PodSetPlacement, ...], Verdict | None]:
+        """Where the preemptor goes, or why it may not evict for a reservation's sake.
+
+        Its victims free room that a reservation may count on. It is placed around the
+        reserved capacity when it can be; if it cannot, a preemptor within its nominal
+        quota (reclaim, or priority) outranks the reservation, and one that would
+        borrow (fair sharing) does not evict at all: its admission would be refused on
+        the ordinary path, and a borrower's preemption must not delay a gang that
+        waits for the same capacity.
+        """
+        if not self.backfill.guards:
+            return found.placements, None
+        trial = self._admission(cq, w, found.flavor, found.placements, found.borrowing)
+        refused = self.backfill.delays(trial)
+        if refused is None:
+            return found.placements, None
+        around = self.backfill.around(self.pool, found.flavor, w)
+        if around is not None:
+            trial = self._admission(cq, w, found.flavor, around, found.borrowing)
+            if self.backfill.delays(trial) is None:
+                return around, None
+        if not found.borrowing:
+            return found.placements, None
+        return found.placements, refused
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         return inadmissible(self.snapshot.config, cq, w)

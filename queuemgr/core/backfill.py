@@ -19,7 +19,8 @@ admitted its reservation protects nothing any more.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 
 from queuemgr.core.model import (
@@ -71,6 +72,13 @@ class Backfill:
 
     def check(self, admitted: AdmittedWorkload) -> Verdict | None:
         """None if no reservation is delayed by ``admitted`` (then it is recorded)."""
+        refused = self.delays(admitted)
+        if refused is None:
+            self.record(admitted)
+        return refused
+
+    def delays(self, admitted: AdmittedWorkload) -> Verdict | None:
+        """Why ``admitted`` would delay a reservation, or None; records nothing."""
         wid = admitted.workload.id
         for guard in self.guards:
             # A reserved workload starting now, at or before its start, delays nobody's
@@ -81,7 +89,6 @@ class Backfill:
                     detail=partial(_would_delay, guard),
                     eta=guard.reservation.start,
                 )
-        self.record(admitted)
         return None
 
     def record(self, admitted: AdmittedWorkload) -> None:
@@ -91,6 +98,21 @@ class Backfill:
         self.guards = [g for g in self.guards if g.w.id != wid]
         for guard in self.guards:
             guard.record(admitted, self.now)
+
+    @contextmanager
+    def held(self, pool: NodePool) -> Iterator[None]:
+        """Within the block, ``pool`` has no room on the capacity the reserved gangs need.
+
+        It leaves ``pool`` as it found it, whatever the block took or released there.
+        """
+        held = [g.reserved() for g in self.guards]
+        for placements, pod_sets in held:
+            pool.take(placements, pod_sets)
+        try:
+            yield
+        finally:
+            for placements, pod_sets in reversed(held):
+                pool.release(placements, pod_sets)
 
     def around(
         self, pool: NodePool, flavor: FlavorName, w: Workload

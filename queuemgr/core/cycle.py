@@ -32,10 +32,12 @@ the borrowers. So a cycle never lends room that in-nominal
 demand takes back later in the same cycle, and a workload preempted before is
 not lent that room again while in-nominal demand of its cohort still waits.
 
-Preemption outranks reservations on both of its paths: the admission at the
-moment of eviction (``same_cycle``) and the claimed admission of a later cycle
-(``after_victims_stop``) are both unguarded, so a workload never preempts for
-room the guards would then refuse it.
+Whether a preemption may take room a reservation counts on is decided when its
+victims are chosen (core.admitter: around the reserved capacity if it can; else
+a preemptor within nominal quota outranks the reservation and a borrowing one
+evicts nobody); the admission that follows, at the moment of eviction
+(``same_cycle``) or on the claim in a later cycle (``after_victims_stop``), is
+unguarded, so a workload never preempts for room the guards would then refuse it.
 
 Whether a workload could ever be admitted is core.admissibility's question;
 reservations and backfill are core.backfill's.

@@ -140,6 +140,12 @@ class Preemptor:
                 return found
         return None
 
+    def undo(self, found: Preemption) -> None:
+        """Give back the victims of ``found``: it will not go ahead after all."""
+        for e in found.evictions:
+            self._restore(e.victim)
+            self.evicted.discard(e.victim.workload.id)
+
     # -- the search -------------------------------------------------------
     def _candidates(
         self, cq: ClusterQueue, w: Workload, flavor: FlavorName
