@@ -29,7 +29,9 @@ from queuemgr.core.reasons import Eviction, PreemptionReason
 class PlainPreemptor(Preemptor):
     """The search without shortcuts: the rules of core/preemption.py, one by one."""
 
-    def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
+    def _try_flavor(
+        self, cq: ClusterQueue, w: Workload, flavor: FlavorName, loans_only: bool = False
+    ) -> Preemption | None:
         reclaim = cq.preemption.reclaim_within_cohort
         in_nominal = self.within_nominal(cq, w, flavor)
         may_reclaim = reclaim is not ReclaimWithinCohort.NEVER and cq.cohort is not None
@@ -50,6 +52,8 @@ class PlainPreemptor(Preemptor):
                 continue
             young = peer.preemption.min_runtime
             if young > 0 and self._now - a.admitted_at < young:
+                continue
+            if loans_only and not a.admission.borrowing:
                 continue
             if fair:
                 if fair_victim(a, w):

@@ -222,7 +222,7 @@ class Admitter:
         if self.backfill.guards:
             # Victims whose going leaves it room off the reserved capacity, if there are.
             with self.backfill.held(self.pool):
-                found = self.preemptor.find(cq, w)
+                found = self.preemptor.find(cq, w, loans_only=True)
         if found is None:
             found = self.preemptor.find(cq, w)
         if found is None:

@@ -132,10 +132,15 @@ class Preemptor:
             dict[FlavorName, dict[ClusterQueueName, dict[_Held, list[AdmittedWorkload]]]] | None
         ) = None
 
-    def find(self, cq: ClusterQueue, w: Workload) -> Preemption | None:
-        """Evict a minimal set so that ``w`` fits, or change nothing and return None."""
+    def find(self, cq: ClusterQueue, w: Workload, *, loans_only: bool = False) -> Preemption | None:
+        """Evict a minimal set so that ``w`` fits, or change nothing and return None.
+
+        With ``loans_only``, a peer's run is a victim only if it was admitted on borrowed
+        quota: a search that passes over the best victims for another reason (around a
+        reservation) must not fall back on runs of days admitted within nominal quota.
+        """
         for fq in cq.flavors:
-            found = self._try_flavor(cq, w, fq.flavor)
+            found = self._try_flavor(cq, w, fq.flavor, loans_only)
             if found is not None:
                 return found
         return None
@@ -310,8 +315,16 @@ class Preemptor:
             self._pool.room_at_most(flavor, ps, released, ps.count) < ps.count for ps in w.pod_sets
         )
 
-    def _try_flavor(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> Preemption | None:
+    def _try_flavor(
+        self, cq: ClusterQueue, w: Workload, flavor: FlavorName, loans_only: bool = False
+    ) -> Preemption | None:
         candidates = self._candidates(cq, w, flavor)
+        if loans_only:
+            candidates = [
+                (a, r)
+                for a, r in candidates
+                if r is PreemptionReason.IN_CLUSTER_QUEUE or a.admission.borrowing
+            ]
         if not candidates or self._hopeless(cq, w, flavor, candidates):
             return None
         chosen: list[tuple[AdmittedWorkload, PreemptionReason]] = []

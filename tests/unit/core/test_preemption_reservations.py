@@ -8,6 +8,8 @@ each case below took the reserved gang's room and pushed its start back.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from queuemgr.core.model import Cohort, CohortName
@@ -81,9 +83,10 @@ def test_without_a_reservation_the_borrowing_preemptor_still_preempts() -> None:
     assert res.reason("b/b0") is PendingReason.PREEMPTING
 
 
-def _reclaim_beside_a_reserved_gang() -> World:
-    """The world above with a third node, n-2, where a also borrows: b (nominal 1)
-    reclaims one GPU; a's newest run is on n-0, which the gang's reservation counts on."""
+def _reclaim_beside_a_reserved_gang(*, old_borrowed: bool = True) -> World:
+    """The world above with a third node, n-2, where a also runs (admitted on borrowed
+    quota if ``old_borrowed``): b (nominal 1) reclaims one GPU; a's newest run is on n-0,
+    which the gang's reservation counts on."""
     world = World().cq(
         make_cq("g").cohort("c").nominal(gpu=16, cpu="192"),
         make_cq("a").cohort("c").nominal(gpu=7, cpu="96"),
@@ -95,7 +98,9 @@ def _reclaim_beside_a_reserved_gang() -> World:
     world.running(make_admitted(g_run, "g", "default", {"n-1": 1}, at=0.0))
     for i in range(8):  # on n-2, the older runs, none ending before t=1000
         job = make_workload(f"old{i}").ns("a").gpus(1).at(float(i)).max_runtime(1000.0).build()
-        world.running(make_admitted(job, "a", "default", {"n-2": 1}, at=float(i)))
+        run = make_admitted(job, "a", "default", {"n-2": 1}, at=float(i))
+        admission = dataclasses.replace(run.admission, borrowing=old_borrowed)
+        world.running(dataclasses.replace(run, admission=admission))
     for i in range(8):  # on n-0, the newer, ending by t=58
         job = make_workload(f"new{i}").ns("a").gpus(1).at(10.0 + i).max_runtime(50.0).build()
         world.running(make_admitted(job, "a", "default", {"n-0": 1}, at=float(1 + i)))
@@ -105,7 +110,7 @@ def _reclaim_beside_a_reserved_gang() -> World:
 
 
 def test_an_in_nominal_preemptor_goes_around_the_reserved_capacity() -> None:
-    res = _reclaim_beside_a_reserved_gang().run(now=10.0)
+    res = _reclaim_beside_a_reserved_gang(old_borrowed=True).run(now=10.0)
     (reservation,) = res.decisions.reservations
     assert reservation.workload == "g/big" and reservation.start == 100.0
     # The newest run of a would lose the least work, but its node is the gang's: the
@@ -128,3 +133,12 @@ def test_an_in_nominal_preemptor_outranks_a_reservation_it_cannot_go_around() ->
     assert e.victim.workload.name == "new7"
     (claim,) = res.decisions.claims
     assert claim.admission.pods_per_node == {"n-0": 1}
+
+
+def test_going_around_takes_only_runs_admitted_on_borrowed_quota() -> None:
+    # a's runs on n-2 were admitted within its nominal quota (runs of days, on the
+    # Philly trace): going around the reservation would throw their work away, so the
+    # reclaim takes the newest borrowed run, on the gang's node, as without reservations.
+    res = _reclaim_beside_a_reserved_gang(old_borrowed=False).run(now=10.0)
+    (e,) = res.decisions.evicted
+    assert e.victim.workload.name == "new7"
