@@ -9,6 +9,7 @@ each case below took the reserved gang's room and pushed its start back.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -109,36 +110,50 @@ def _reclaim_beside_a_reserved_gang(*, old_borrowed: bool = True) -> World:
     return world
 
 
-def test_an_in_nominal_preemptor_goes_around_the_reserved_capacity() -> None:
-    res = _reclaim_beside_a_reserved_gang(old_borrowed=True).run(now=10.0)
-    (reservation,) = res.decisions.reservations
-    assert reservation.workload == "g/big" and reservation.start == 100.0
-    # The newest run of a would lose the least work, but its node is the gang's: the
-    # reclaim takes the newest run on n-2 instead, and is placed there.
-    (e,) = res.decisions.evicted
-    assert e.reason is PreemptionReason.IN_COHORT_RECLAMATION
-    assert e.victim.workload.name == "old7"
-    (claim,) = res.decisions.claims
-    assert claim.admission.pods_per_node == {"n-2": 1}
-
-
-def test_an_in_nominal_preemptor_outranks_a_reservation_it_cannot_go_around() -> None:
-    world = _reclaim_beside_a_reserved_gang()
+def _only_on_the_gangs_node(world: World) -> World:
+    """a borrows only on n-0 (nominal 7, 8 running): a reclaim must take one there."""
     world.admitted = [a for a in world.admitted if not a.workload.name.startswith("old")]
     world.nodes = [n for n in world.nodes if n.name != "n-2"]
-    # a now borrows only on n-0 (nominal 7, 8 running): reclaim must take one there.
-    res = world.run(now=10.0)
+    return world
+
+
+@pytest.mark.parametrize(
+    ("world", "victim", "node"),
+    [
+        # The newest run of a would lose the least work, but its node is the gang's:
+        # the reclaim takes the newest borrowed run on n-2 instead, and goes there.
+        pytest.param(
+            lambda: _reclaim_beside_a_reserved_gang(old_borrowed=True),
+            "old7",
+            "n-2",
+            id="goes-around-the-reserved-capacity",
+        ),
+        # a's runs on n-2 were admitted within its nominal quota (runs of days, on the
+        # Philly trace): going around would throw their work away, so the reclaim takes
+        # the newest borrowed run, on the gang's node, as without reservations.
+        pytest.param(
+            lambda: _reclaim_beside_a_reserved_gang(old_borrowed=False),
+            "new7",
+            "n-0",
+            id="around-takes-only-runs-admitted-on-borrowed-quota",
+        ),
+        # Nowhere else to go: within its nominal quota it outranks the reservation.
+        pytest.param(
+            lambda: _only_on_the_gangs_node(_reclaim_beside_a_reserved_gang()),
+            "new7",
+            "n-0",
+            id="outranks-a-reservation-it-cannot-go-around",
+        ),
+    ],
+)
+def test_an_in_nominal_preemptor_and_the_reserved_capacity(
+    world: Callable[[], World], victim: str, node: str
+) -> None:
+    res = world().run(now=10.0)
+    (reservation,) = res.decisions.reservations
+    assert reservation.workload == "g/big" and reservation.start == 100.0
     (e,) = res.decisions.evicted
     assert e.reason is PreemptionReason.IN_COHORT_RECLAMATION
-    assert e.victim.workload.name == "new7"
+    assert e.victim.workload.name == victim
     (claim,) = res.decisions.claims
-    assert claim.admission.pods_per_node == {"n-0": 1}
-
-
-def test_going_around_takes_only_runs_admitted_on_borrowed_quota() -> None:
-    # a's runs on n-2 were admitted within its nominal quota (runs of days, on the
-    # Philly trace): going around the reservation would throw their work away, so the
-    # reclaim takes the newest borrowed run, on the gang's node, as without reservations.
-    res = _reclaim_beside_a_reserved_gang(old_borrowed=False).run(now=10.0)
-    (e,) = res.decisions.evicted
-    assert e.victim.workload.name == "new7"
+    assert claim.admission.pods_per_node == {node: 1}
