@@ -122,11 +122,6 @@ class Admitter:
         )
         self.evictions: list[Eviction] = []
         self.backfill = Backfill(snapshot, now)
-        # Borrowing preemptors refused for a reservation's sake, per (queue, shape, limit),
-        # with the ledger version and guard count they were refused at.
-        self._not_for_reservation: dict[
-            tuple[ClusterQueueName, ShapeId, float | None], tuple[tuple[int, int], Verdict]
-        ] = {}
         self.nominator = Nominator(snapshot, self.ledger)
 
     # -- phase 5: admit ---------------------------------------------------
@@ -214,10 +209,10 @@ class Admitter:
         """
         # The same shape and limit refused since nothing changed: refused again (a busy
         # tenant offers thousands of one shape a cycle, each a whole victim search).
-        key = (cq.name, w.shape, w.max_runtime)
-        again = self._not_for_reservation.get(key)
-        if again is not None and again[0] == (self.ledger.version, len(self.backfill.guards)):
-            return again[1]
+        key = (cq.name, None, w.shape, w.max_runtime)
+        again = self.backfill.held_back(key, self.ledger.version)
+        if again is not None:
+            return again
         found = None
         if self.backfill.guards:
             # Victims whose going leaves it room off the reserved capacity, if there are.
@@ -230,10 +225,7 @@ class Admitter:
         placements, refused = self._around_reservations(cq, w, found)
         if refused is not None:
             self.preemptor.undo(found)
-            self._not_for_reservation[key] = (
-                (self.ledger.version, len(self.backfill.guards)),
-                refused,
-            )
+            self.backfill.remember(key, self.ledger.version, refused)
             return refused
         found = replace(found, placements=placements)
         self.evictions.extend(found.evictions)

@@ -40,8 +40,9 @@ from queuemgr.core.reservations import Guard, Planner, Reservation
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 
-# (queue, flavor, shape, max_runtime): what decides whether a guard holds a job back.
-HeldKey = tuple[ClusterQueueName, FlavorName, ShapeId, float | None]
+# (queue, flavor, shape, max_runtime): what decides whether a guard holds a job back;
+# the flavor None for a preemption refused for a reservation's sake (core.admitter).
+HeldKey = tuple[ClusterQueueName, FlavorName | None, ShapeId, float | None]
 
 
 class Backfill:
@@ -100,12 +101,15 @@ class Backfill:
             guard.record(admitted, self.now)
 
     @contextmanager
-    def held(self, pool: NodePool) -> Iterator[None]:
-        """Within the block, ``pool`` has no room on the capacity the reserved gangs need.
+    def held(self, pool: NodePool, flavor: FlavorName | None = None) -> Iterator[None]:
+        """Within the block, ``pool`` has no room on the capacity the reserved gangs need
+        (those on ``flavor``, or all).
 
         It leaves ``pool`` as it found it, whatever the block took or released there.
         """
-        held = [g.reserved() for g in self.guards]
+        held = [
+            g.reserved() for g in self.guards if flavor is None or g.reservation.flavor == flavor
+        ]
         for placements, pod_sets in held:
             pool.take(placements, pod_sets)
         try:
@@ -117,18 +121,9 @@ class Backfill:
     def around(
         self, pool: NodePool, flavor: FlavorName, w: Workload
     ) -> tuple[PodSetPlacement, ...] | None:
-        """A placement of ``w`` that leaves the reserved gangs' node capacity alone.
-
-        The capacity each known reservation on ``flavor`` needs on its nodes is taken
-        for the length of one placement and given back, so ``pool`` ends as it began.
-        """
-        held = [g.reserved() for g in self.guards if g.reservation.flavor == flavor]
-        for placements, pod_sets in held:
-            pool.take(placements, pod_sets)
-        found = pool.place(flavor, w.pod_sets)
-        for placements, pod_sets in reversed(held):
-            pool.release(placements, pod_sets)
-        return found
+        """A placement of ``w`` that leaves the reserved gangs' node capacity alone."""
+        with self.held(pool, flavor):
+            return pool.place(flavor, w.pod_sets)
 
     # -- reservations and ETAs ----------------------------------------------------
     def reserve(
