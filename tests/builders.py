@@ -369,6 +369,9 @@ class World:
         self.claims: dict[WorkloadId, Claim] = {}
         self.stopping: frozenset[WorkloadId] = frozenset()
         self._config: Config | None = None
+        # Mark runs borrowing as their admission would have (with_loans); a test that
+        # sets the marks itself, for runs admitted around ones since finished, turns it off.
+        self.derive_loans = True
 
     def flavor(self, f: ResourceFlavor) -> World:
         self.flavors[f.name] = f
@@ -421,7 +424,8 @@ class World:
         return self._config
 
     def snapshot(self) -> Snapshot:
-        snap = build_snapshot(self.config(), admitted=self.admitted, pending=self.pending)
+        admitted = with_loans(self.config(), self.admitted) if self.derive_loans else self.admitted
+        snap = build_snapshot(self.config(), admitted=admitted, pending=self.pending)
         pending = {w.id: w for w in self.pending}
         claims = {
             wid: dataclasses.replace(c, workload=pending[wid])
@@ -433,6 +437,30 @@ class World:
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()
         return Result(world=self, snapshot=snap, decisions=schedule(snap, now))
+
+
+def with_loans(config: Config, admitted: Iterable[AdmittedWorkload]) -> list[AdmittedWorkload]:
+    """``admitted`` with each run marked borrowing as its admission would have marked it.
+
+    The runs of each queue and flavor are replayed in admission order: a run borrows
+    if the queue's usage with it exceeds the nominal quota of any resource. A run
+    already marked borrowing stays so; the scheduler trusts the mark it recorded.
+    """
+    out: list[AdmittedWorkload] = []
+    used: dict[tuple[str, str], dict[ResourceName, int]] = {}
+    for a in sorted(admitted, key=lambda a: (a.admitted_at, a.workload.id)):
+        cq = config.cluster_queues.get(a.admission.cluster_queue)
+        quota = None
+        if cq is not None:
+            quota = next((fq for fq in cq.flavors if fq.flavor == a.admission.flavor), None)
+        usage = used.setdefault((a.admission.cluster_queue, a.admission.flavor), {})
+        for r, v in a.held.items():
+            usage[r] = usage.get(r, 0) + v
+        over = quota is not None and any(v > quota.nominal.get(r, 0) for r, v in usage.items())
+        if over and not a.admission.borrowing:
+            a = dataclasses.replace(a, admission=dataclasses.replace(a.admission, borrowing=True))
+        out.append(a)
+    return out
 
 
 @dataclass

@@ -12,15 +12,15 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
   only lower priorities; ``Any``: any priority).
 
 What must stay true: victims are tried in order (queues that borrow first,
-then lowest priority, then workloads preempted fewer than ``REPEAT_VICTIM``
-times, then most recently admitted, which loses the least work)
-and the set is pruned to a minimal one; a gang is evicted whole; a run younger
-than its ClusterQueue's ``min_runtime`` is no victim of reclaim or fair
-sharing; fair sharing takes only runs admitted since its preemptor started
-waiting, and never a workload preempted ``REPEAT_VICTIM`` times; nothing is
-evicted unless the preemptor then fits both its quota and a node placement; a
-peer is reclaimed from only while it still borrows; workloads admitted in this
-cycle are never victims.
+then runs admitted on borrowed quota, then lowest priority, then workloads
+preempted fewer than ``REPEAT_VICTIM`` times, then most recently admitted, which
+loses the least work) and the set is pruned to a minimal one; a gang is evicted
+whole; a run younger than its ClusterQueue's ``min_runtime`` is no victim of
+reclaim or fair sharing; fair sharing takes only runs admitted on borrowed quota
+since its preemptor started waiting, and never a workload preempted
+``REPEAT_VICTIM`` times; nothing is evicted unless the preemptor then fits both
+its quota and a node placement; a peer is reclaimed from only while it still
+borrows; workloads admitted in this cycle are never victims.
 
 The search runs for most pending heads of a busy cycle and nearly always fails,
 so it leaves out early what it would skip anyway: taking victims only lowers
@@ -66,14 +66,32 @@ REPEAT_VICTIM = 3
 def fair_victim(a: AdmittedWorkload, preemptor: Workload) -> bool:
     """Whether fair sharing may take ``a`` for ``preemptor`` (shares aside).
 
-    Only a run admitted since the preemptor started waiting: one admitted before
+    Only a run its queue was lent: one admitted within its queue's nominal quota is
+    that queue's due, and taking it for a borrower hands the room to one loan from
+    under another's guarantee, which the victim's queue then reclaims (on Philly such
+    runs were a third of the GPU-seconds fair sharing threw away). Only a run admitted
+    since the preemptor started waiting: one admitted before
     took room nobody asked for, and evicting it throws its work away to undo no
     unfairness (on Philly, fair sharing without this lost a fifth of the GPU-seconds
     delivered, mostly runs of days). And not a workload already preempted
     ``REPEAT_VICTIM`` times: fairness is best effort, and a run taken again and again
     delivers nothing. Reclaim, the nominal-quota guarantee, has neither limit.
     """
-    return a.admitted_at >= preemptor.queued_since and a.workload.evictions < REPEAT_VICTIM
+    return (
+        a.admission.borrowing
+        and a.admitted_at >= preemptor.queued_since
+        and a.workload.evictions < REPEAT_VICTIM
+    )
+
+
+def _loan_rank(a: AdmittedWorkload, reason: PreemptionReason) -> int:
+    """0 for a run of the preemptor's own queue or one a peer was lent, else 1.
+
+    A queue's runs admitted within its nominal quota never hold more than that quota
+    between them (each was admitted only while the whole queue fitted it), so when the
+    queue borrows, its loans hold at least all it borrows.
+    """
+    return 0 if reason is PreemptionReason.IN_CLUSTER_QUEUE or a.admission.borrowing else 1
 
 
 _Held = tuple[tuple[ResourceName, int], ...]
@@ -224,16 +242,20 @@ class Preemptor:
     def _ordered(
         self, out: list[tuple[AdmittedWorkload, PreemptionReason]], flavor: FlavorName
     ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
+        # A peer's loans go before its runs admitted within nominal quota: the loans
+        # alone cover all it borrows (see _loan_rank), so a run it is due is taken only
+        # when the preemptor's placement needs that run's node.
         # The newest run loses the least work, so it goes first, except a workload already
         # preempted REPEAT_VICTIM times: a run just re-admitted is the newest, and taking
         # it first every time is how one workload gets preempted over and over.
         def order(
             item: tuple[AdmittedWorkload, PreemptionReason],
-        ) -> tuple[int, int, int, float, str]:
-            a = item[0]
+        ) -> tuple[int, int, int, int, float, str]:
+            a, reason = item
             borrows = self._borrows(a.admission.cluster_queue, flavor)
             return (
                 0 if borrows else 1,
+                _loan_rank(a, reason),
                 a.workload.priority,
                 a.workload.evictions >= REPEAT_VICTIM,
                 -a.admitted_at,

@@ -116,3 +116,43 @@ def test_random_arrivals_never_cause_an_eviction_ping_pong(
         ]
         now += 1.0
         res = res.next(*victims, *fresh, finished=[w.id for w in victims]).run(now=now)
+
+
+def _loans_older_than_dues(fair: bool) -> World:
+    """a (nominal 4) runs four loans admitted at t=1..4 and, once the runs it then held
+    within nominal quota finished, four runs within nominal quota at t=5..8: its newest
+    runs are its due. b asks for two GPUs: by reclaim within its nominal 2, or by fair
+    sharing beyond its nominal 0."""
+    b = make_cq("b").cohort("c").nominal(gpu=0 if fair else 2, cpu="96")
+    world = World().cq(
+        make_cq("lender").cohort("c").nominal(gpu=4, cpu="96"),
+        make_cq("a").cohort("c").nominal(gpu=4, cpu="96"),
+        b if fair else b.preempt(reclaim="Any"),
+    )
+    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=fair)]
+    world.node(make_nodes("n", 1))
+    world.derive_loans = False
+    for i, name in enumerate(["L0", "L1", "L2", "L3", "n0", "n1", "n2", "n3"]):
+        job = make_workload(name).ns("a").gpus(1).build()
+        run = make_admitted(job, "a", "default", {"n-0": 1}, at=1.0 + i)
+        loan = dataclasses.replace(run.admission, borrowing=name.startswith("L"))
+        world.running(dataclasses.replace(run, admission=loan))
+    world.submit(*(make_workload(f"b{i}").ns("b").gpus(1).at(-100.0) for i in range(2)))
+    return world
+
+
+@pytest.mark.parametrize(
+    ("fair", "reason"),
+    [
+        (False, PreemptionReason.IN_COHORT_RECLAMATION),
+        (True, PreemptionReason.IN_COHORT_FAIR_SHARING),
+    ],
+    ids=["reclaim", "fair-sharing"],
+)
+def test_a_peer_loses_its_loans_before_its_due(fair: bool, reason: PreemptionReason) -> None:
+    # The newest runs would lose the least work, but they are a's due within its
+    # nominal quota: taking them would leave a under nominal, to reclaim them back.
+    res = _loans_older_than_dues(fair).run(now=200.0)
+    assert {e.reason for e in res.decisions.evicted} == {reason}
+    assert {e.victim.workload.name for e in res.decisions.evicted} == {"L2", "L3"}
+

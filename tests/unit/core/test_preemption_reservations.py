@@ -89,7 +89,7 @@ def _reclaim_beside_a_reserved_gang(*, old_borrowed: bool = True) -> World:
     quota if ``old_borrowed``): b (nominal 1) reclaims one GPU; a's newest run is on n-0,
     which the gang's reservation counts on."""
     world = World().cq(
-        make_cq("g").cohort("c").nominal(gpu=16, cpu="192"),
+        make_cq("g").cohort("c").nominal(gpu=17, cpu="204"),
         make_cq("a").cohort("c").nominal(gpu=7, cpu="96"),
         make_cq("b").cohort("c").nominal(gpu=1, cpu="96").preempt(reclaim="Any"),
     )
@@ -97,11 +97,16 @@ def _reclaim_beside_a_reserved_gang(*, old_borrowed: bool = True) -> World:
     world.node(make_nodes("n", 3))
     g_run = make_workload("g-run").ns("g").gpus(8).max_runtime(100.0).build()
     world.running(make_admitted(g_run, "g", "default", {"n-1": 1}, at=0.0))
-    for i in range(8):  # on n-2, the older runs, none ending before t=1000
-        job = make_workload(f"old{i}").ns("a").gpus(1).at(float(i)).max_runtime(1000.0).build()
-        run = make_admitted(job, "a", "default", {"n-2": 1}, at=float(i))
+    # On n-2, the older runs, none ending before t=1000: eight loans, or seven runs
+    # within a's nominal quota (they can be no more) beside one of g's.
+    for i in range(8 if old_borrowed else 7):
+        job = make_workload(f"old{i}").ns("a").gpus(1).at(i - 20.0).max_runtime(1000.0).build()
+        run = make_admitted(job, "a", "default", {"n-2": 1}, at=i - 20.0)
         admission = dataclasses.replace(run.admission, borrowing=old_borrowed)
         world.running(dataclasses.replace(run, admission=admission))
+    if not old_borrowed:
+        g_fill = make_workload("g-fill").ns("g").gpus(1).max_runtime(1000.0).build()
+        world.running(make_admitted(g_fill, "g", "default", {"n-2": 1}, at=0.0))
     for i in range(8):  # on n-0, the newer, ending by t=58
         job = make_workload(f"new{i}").ns("a").gpus(1).at(10.0 + i).max_runtime(50.0).build()
         world.running(make_admitted(job, "a", "default", {"n-0": 1}, at=float(1 + i)))
