@@ -256,7 +256,11 @@ def run(
     def observe(now: float, snap: Snapshot, decided: Decisions, took: float) -> None:
         meter.cycle(now, snap, decided, took)
         if now >= marks["next"]:  # a line per simulated 500,000 s, for a run of hours
-            print(f"{name}: simulated {now:,.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"{name}: simulated {now:,.0f} s: {_so_far(engine, meter)}",
+                file=sys.stderr,
+                flush=True,
+            )
             marks["next"] = now + 500_000
 
     engine.emit, engine.observer = meter.event, observe
@@ -282,6 +286,20 @@ def run(
     out["unfinished"] = float(res.pending_at_end + res.running_at_end + res.not_submitted)
     out["wall s"] = spent
     return out
+
+
+def _so_far(engine: Engine, meter: Meter) -> str:
+    """The figures up to now, so a run cut short still compares with one at the same time."""
+    small = sorted(w for wid, ws in meter.waits.items() for w in ws if meter.gpus[wid] == 1)
+    big = sorted(w for wid, ws in meter.waits.items() for w in ws if meter.gpus[wid] >= 32)
+    delivered = sum(q.gpu_seconds for q in engine.result.queues.values())
+    tally = engine.tally
+    lost = tally.lost_gpu_seconds / delivered if delivered else 0.0
+    return (
+        f"p95 1-GPU {percentile(small, 95)}, p95 >=32 {percentile(big, 95)} "
+        f"({len(big)} big admissions), preemptions {tally.preemptions}, "
+        f"most {tally.most_per_workload}, wasted {tally.wasted}, lost {lost:.2%}"
+    )
 
 
 def _key(policy: SchedulerPolicy, workloads: list[SimWorkload], config: Config) -> str:
