@@ -63,11 +63,11 @@ class PlainPreemptor(Preemptor):
         candidates.sort(
             key=lambda item: (
                 0 if self._plain_borrows(item[0]) else 1,
+                item[0].workload.priority,
+                item[0].workload.evictions >= REPEAT_VICTIM,
                 0
                 if item[1] is PreemptionReason.IN_CLUSTER_QUEUE or item[0].admission.borrowing
                 else 1,
-                item[0].workload.priority,
-                item[0].workload.evictions >= REPEAT_VICTIM,
                 -item[0].admitted_at,
                 item[0].workload.id,
             )

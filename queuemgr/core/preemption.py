@@ -12,8 +12,8 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
   only lower priorities; ``Any``: any priority).
 
 What must stay true: victims are tried in order (queues that borrow first,
-then runs admitted on borrowed quota, then lowest priority, then workloads
-preempted fewer than ``REPEAT_VICTIM`` times, then most recently admitted, which
+then lowest priority, then workloads preempted fewer than ``REPEAT_VICTIM``
+times, then runs admitted on borrowed quota, then most recently admitted, which
 loses the least work) and the set is pruned to a minimal one; a gang is evicted
 whole; a run younger than its ClusterQueue's ``min_runtime`` is no victim of
 reclaim or fair sharing; fair sharing takes only runs admitted on borrowed quota
@@ -242,12 +242,12 @@ class Preemptor:
     def _ordered(
         self, out: list[tuple[AdmittedWorkload, PreemptionReason]], flavor: FlavorName
     ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
-        # A peer's loans go before its runs admitted within nominal quota: the loans
-        # alone cover all it borrows (see _loan_rank), so a run it is due is taken only
-        # when the preemptor's placement needs that run's node.
         # The newest run loses the least work, so it goes first, except a workload already
         # preempted REPEAT_VICTIM times: a run just re-admitted is the newest, and taking
-        # it first every time is how one workload gets preempted over and over.
+        # it first every time is how one workload gets preempted over and over. Between
+        # those, a peer's loans go before its runs admitted within nominal quota: the
+        # loans alone cover all it borrows (see _loan_rank), so a run it is due is taken
+        # only when the preemptor's placement needs that run's node.
         def order(
             item: tuple[AdmittedWorkload, PreemptionReason],
         ) -> tuple[int, int, int, int, float, str]:
@@ -255,9 +255,9 @@ class Preemptor:
             borrows = self._borrows(a.admission.cluster_queue, flavor)
             return (
                 0 if borrows else 1,
-                _loan_rank(a, reason),
                 a.workload.priority,
                 a.workload.evictions >= REPEAT_VICTIM,
+                _loan_rank(a, reason),
                 -a.admitted_at,
                 a.workload.id,
             )

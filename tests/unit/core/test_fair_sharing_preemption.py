@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queuemgr.core.model import Cohort, CohortName
+from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 from tests.unit.core.test_properties import SETTINGS
@@ -118,11 +119,11 @@ def test_random_arrivals_never_cause_an_eviction_ping_pong(
         res = res.next(*victims, *fresh, finished=[w.id for w in victims]).run(now=now)
 
 
-def _loans_older_than_dues(fair: bool) -> World:
+def _loans_older_than_dues(fair: bool, repeat: frozenset[str] = frozenset()) -> World:
     """a (nominal 4) runs four loans admitted at t=1..4 and, once the runs it then held
     within nominal quota finished, four runs within nominal quota at t=5..8: its newest
     runs are its due. b asks for two GPUs: by reclaim within its nominal 2, or by fair
-    sharing beyond its nominal 0."""
+    sharing beyond its nominal 0. The runs named in ``repeat`` were preempted 3 times."""
     b = make_cq("b").cohort("c").nominal(gpu=0 if fair else 2, cpu="96")
     world = World().cq(
         make_cq("lender").cohort("c").nominal(gpu=4, cpu="96"),
@@ -134,6 +135,7 @@ def _loans_older_than_dues(fair: bool) -> World:
     world.derive_loans = False
     for i, name in enumerate(["L0", "L1", "L2", "L3", "n0", "n1", "n2", "n3"]):
         job = make_workload(name).ns("a").gpus(1).build()
+        job = dataclasses.replace(job, evictions=REPEAT_VICTIM if name in repeat else 0)
         run = make_admitted(job, "a", "default", {"n-0": 1}, at=1.0 + i)
         loan = dataclasses.replace(run.admission, borrowing=name.startswith("L"))
         world.running(dataclasses.replace(run, admission=loan))
@@ -156,3 +158,11 @@ def test_a_peer_loses_its_loans_before_its_due(fair: bool, reason: PreemptionRea
     assert {e.reason for e in res.decisions.evicted} == {reason}
     assert {e.victim.workload.name for e in res.decisions.evicted} == {"L2", "L3"}
 
+
+
+def test_a_loan_preempted_three_times_goes_after_a_run_the_peer_is_due() -> None:
+    # At most 3 preemptions of one workload outweighs which of a's runs is a loan: with
+    # L1..L3 taken 3 times each, reclaim takes the loan L0 and then the newest due run.
+    world = _loans_older_than_dues(False, repeat=frozenset({"L1", "L2", "L3"}))
+    res = world.run(now=200.0)
+    assert {e.victim.workload.name for e in res.decisions.evicted} == {"L0", "n3"}
