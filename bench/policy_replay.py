@@ -33,13 +33,15 @@ counts only the GPU-seconds of runs that finished.
 
     python bench/policy_replay.py [--limit N] [--depth D] [--largest L] [--largest-min-gpus G]
         [--ordering fifo|usage] [--policies 1,3] [--max-runtime RULE] [--parallel]
-        [--preemption] [--min-runtime S] [--plot waits.png] [--checkpoint DIR]
+        [--preemption] [--min-runtime S] [--plot waits.png] [--checkpoint DIR [--keep]]
 
 With ``--checkpoint DIR`` each policy's whole state (engine and meter) is saved
 every simulated 100,000 s and a later run with the same code, policy and jobs
 resumes from it, so the whole trace with preemption (hours of CPU) can span
 sittings; a resumed run decides exactly as one uninterrupted run
-(tests/unit/sim/test_sim_engine.py), and "wall s" sums the sittings.
+(tests/unit/sim/test_sim_engine.py), and "wall s" sums the sittings. With
+``--keep`` every step's state stays too, to resume a run just before a case
+worth following.
 """
 
 from __future__ import annotations
@@ -240,6 +242,7 @@ def run(
     name: str,
     config: Config,
     checkpoint: Path | None = None,
+    keep: bool = False,
 ) -> dict[str, float | None]:
     capacity = sum(n.allocatable.get(GPU, 0) for n in config.nodes.values())
     key = _key(policy, workloads, config)
@@ -273,7 +276,7 @@ def run(
             engine.run(until=engine.result.end_time + CHECKPOINT_STEP)
             spent += time.perf_counter() - t0
             t0 = time.perf_counter()
-            _save(checkpoint, name, key, (engine, meter, marks, spent))
+            _save(checkpoint, name, key, (engine, meter, marks, spent), keep)
     spent += time.perf_counter() - t0
     out = meter.figures(min(meter.submitted.values()), max(meter.submitted.values()))
     tally = engine.tally
@@ -335,7 +338,7 @@ def _load(directory: Path, name: str, key: str) -> Saved | None:
     return state  # type: ignore[no-any-return]
 
 
-def _save(directory: Path, name: str, key: str, state: Saved) -> None:
+def _save(directory: Path, name: str, key: str, state: Saved, keep: bool = False) -> None:
     engine, meter = state[0], state[1]
     hooks, engine.emit, engine.observer = (engine.emit, engine.observer), None, None
     jobs, meter.workloads = meter.workloads, {}  # the trace is read again on resuming
@@ -346,6 +349,10 @@ def _save(directory: Path, name: str, key: str, state: Saved) -> None:
         with tmp.open("wb") as f:
             pickle.dump((key, state), f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)  # a sitting cut short keeps the previous step whole
+        if keep:  # every step, to go back to the state just before something happened
+            kept = path.with_name(f"{path.stem}-at-{engine.result.end_time:012.0f}.pickle")
+            kept.unlink(missing_ok=True)
+            os.link(path, kept)
     finally:
         engine.emit, engine.observer = hooks
         meter.workloads = jobs
@@ -357,9 +364,10 @@ def _run_alone(
     name: str,
     config: Config,
     checkpoint: Path | None,
+    keep: bool,
 ) -> tuple[dict[str, float | None], Meter]:
     meters: dict[str, Meter] = {}
-    out = run(policy, workloads, meters, name, config, checkpoint)
+    out = run(policy, workloads, meters, name, config, checkpoint, keep)
     meters[name].workloads = {}  # the parent has them; only the figures travel back
     return out, meters[name]
 
@@ -434,6 +442,12 @@ def main() -> None:
         help="save each policy's run to DIR every simulated 100,000 s and resume from there "
         "when the same code, policy and jobs run again (a replay longer than a sitting)",
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with --checkpoint: also keep every step's state as NAME-at-TIME.pickle, to "
+        "resume just before something the run did",
+    )
     args = parser.parse_args()
     if args.checkpoint is not None:
         try:  # up front: not after the first 100,000 simulated seconds
@@ -477,7 +491,7 @@ def main() -> None:
         # One process per policy (fork): each gets the same jobs; only figures come back.
         with ProcessPoolExecutor(len(chosen), mp_context=get_context("fork")) as pool:
             futures = {
-                name: pool.submit(_run_alone, p, jobs, name, config, args.checkpoint)
+                name: pool.submit(_run_alone, p, jobs, name, config, args.checkpoint, args.keep)
                 for name, p in chosen.items()
             }
             results = {}
@@ -489,7 +503,7 @@ def main() -> None:
             results = {name: results[name] for name in futures}
     else:
         results = {
-            name: run(policy, jobs, meters, name, config, args.checkpoint)
+            name: run(policy, jobs, meters, name, config, args.checkpoint, args.keep)
             for name, policy in chosen.items()
         }
     keys = [
