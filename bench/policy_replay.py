@@ -55,13 +55,14 @@ import re
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
 from queuemgr.core.model import PreemptionPolicy, ReclaimWithinCohort, Workload
 from queuemgr.core.policy import Ordering, SchedulerPolicy
-from queuemgr.core.reasons import Decisions
+from queuemgr.core.reasons import Decisions, PreemptionReason
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, Event
@@ -285,6 +286,7 @@ def run(
     out["max per wl"] = float(tally.most_per_workload)
     out["wasted"] = float(tally.wasted)
     out["lost share"] = tally.lost_gpu_seconds / delivered if delivered else None
+    print(f"{name}: lost by reason: {_by_reason(tally.lost_by_reason, delivered)}", file=sys.stderr)
     res = engine.result  # jobs the run ended without finishing: their waits are not counted
     out["unfinished"] = float(res.pending_at_end + res.running_at_end + res.not_submitted)
     out["wall s"] = spent
@@ -301,7 +303,14 @@ def _so_far(engine: Engine, meter: Meter) -> str:
     return (
         f"p95 1-GPU {percentile(small, 95)}, p95 >=32 {percentile(big, 95)} "
         f"({len(big)} big admissions), preemptions {tally.preemptions}, "
-        f"most {tally.most_per_workload}, wasted {tally.wasted}, lost {lost:.2%}"
+        f"most {tally.most_per_workload}, wasted {tally.wasted}, lost {lost:.2%} "
+        f"({_by_reason(tally.lost_by_reason, delivered)})"
+    )
+
+
+def _by_reason(lost: Mapping[PreemptionReason, float], delivered: float) -> str:
+    return ", ".join(
+        f"{reason.value} {v / delivered:.2%}" for reason, v in lost.items() if delivered
     )
 
 

@@ -8,13 +8,14 @@ through this one class instead of each keeping its own books.
 What must stay true: it only reads decisions, in their order (``Decisions.log``);
 a preemption is wasted when its victim is admitted again while the preemptor it
 made room for has not been admitted since; lost GPU-seconds are the victim's
-placed GPUs times how long that run had run when it was evicted.
+placed GPUs times how long that run had run when it was evicted, counted in
+all and by the preemption's reason (the sums agree).
 """
 
 from __future__ import annotations
 
 from queuemgr.core.model import WorkloadId
-from queuemgr.core.reasons import Decisions, Eviction
+from queuemgr.core.reasons import Decisions, Eviction, PreemptionReason
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import admitted_requests
 
@@ -24,6 +25,8 @@ class PreemptionTally:
         self.by_workload: dict[WorkloadId, int] = {}
         self.wasted = 0
         self.lost_gpu_seconds = 0.0
+        # Which rule threw the work away: reclaim, fair sharing or priority differ in cure.
+        self.lost_by_reason: dict[PreemptionReason, float] = {}
         # Victim -> preemptors not admitted since they evicted it, and back.
         self._preemptors: dict[WorkloadId, set[WorkloadId]] = {}
         self._victims: dict[WorkloadId, set[WorkloadId]] = {}
@@ -47,7 +50,9 @@ class PreemptionTally:
         wid = e.victim.workload.id
         self.by_workload[wid] = self.by_workload.get(wid, 0) + 1
         gpus = admitted_requests(e.victim).get(GPU, 0)
-        self.lost_gpu_seconds += gpus * max(0.0, now - e.victim.admitted_at)
+        lost = gpus * max(0.0, now - e.victim.admitted_at)
+        self.lost_gpu_seconds += lost
+        self.lost_by_reason[e.reason] = self.lost_by_reason.get(e.reason, 0.0) + lost
         self._preemptors.setdefault(wid, set()).add(e.preemptor)
         self._victims.setdefault(e.preemptor, set()).add(wid)
 

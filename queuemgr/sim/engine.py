@@ -43,7 +43,7 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import UsageTracker
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload, WorkloadId
 from queuemgr.core.policy import Ordering, OverrunPolicy, SchedulerPolicy
-from queuemgr.core.reasons import Decisions, Eviction
+from queuemgr.core.reasons import Decisions, Eviction, PreemptionReason
 from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests
 from queuemgr.core.tally import PreemptionTally
@@ -85,6 +85,7 @@ class SimResult:
     # A victim admitted again while the preemptor it made room for still waited.
     wasted_preemptions: int = 0
     max_preemptions_per_workload: int = 0
+    lost_by_reason: dict[str, float] = field(default_factory=dict)  # GPU-s by reason
     pending_at_end: int = 0
     running_at_end: int = 0
     not_submitted: int = 0
@@ -203,6 +204,11 @@ class Engine:
         self.checker.check_state(self.cache.admitted(), self.cache.snapshot())
         res.wasted_preemptions = self.tally.wasted
         res.max_preemptions_per_workload = self.tally.most_per_workload
+        res.lost_by_reason = {
+            reason.value: self.tally.lost_by_reason.get(reason, 0.0)
+            for reason in PreemptionReason
+            if reason in self.tally.lost_by_reason
+        }
         res.invariant_checks = self.checker.checks
         res.invariant_violations = self.checker.violations
         res.wall_time_s += time.perf_counter() - started  # summed over resumed runs

@@ -110,6 +110,7 @@ def summarize(
         "max_preemptions_per_workload": result.max_preemptions_per_workload,
         "lost_gpu_seconds": lost,
         "lost_gpu_share": lost / used if used > 0 else None,
+        "lost_gpu_seconds_by_reason": dict(result.lost_by_reason),
         "pending_at_end": result.pending_at_end,
         "running_at_end": result.running_at_end,
         "not_submitted": result.not_submitted,

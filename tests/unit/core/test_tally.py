@@ -22,12 +22,16 @@ def _run(name: str, *, gpus: int = 4, at: float = 0.0) -> AdmittedWorkload:
     return make_admitted(w, "a", "default", {"n-0": 1}, at=at)
 
 
-def _evict(victim: AdmittedWorkload, preemptor: str) -> Eviction:
+def _evict(
+    victim: AdmittedWorkload,
+    preemptor: str,
+    reason: PreemptionReason = PreemptionReason.IN_COHORT_RECLAMATION,
+) -> Eviction:
     return Eviction(
         victim=victim,
         preemptor=WorkloadId(preemptor),
         preemptor_cluster_queue=victim.admission.cluster_queue,
-        reason=PreemptionReason.IN_COHORT_RECLAMATION,
+        reason=reason,
     )
 
 
@@ -61,3 +65,13 @@ def test_counts_per_workload() -> None:
     assert tally.by_workload == {"a/v": 2, "a/w": 1}
     assert tally.most_per_workload == 2
     assert tally.wasted == 0
+
+
+def test_lost_work_is_split_by_the_rule_that_threw_it_away() -> None:
+    fair, reclaim = PreemptionReason.IN_COHORT_FAIR_SHARING, PreemptionReason.IN_COHORT_RECLAMATION
+    tally = PreemptionTally()
+    tally.observe(_decided(_evict(_run("v", gpus=2, at=10.0), "a/p", fair)), now=20.0)
+    tally.observe(_decided(_evict(_run("w", gpus=4, at=5.0), "a/q", reclaim)), now=20.0)
+    tally.observe(_decided(_evict(_run("x", gpus=1, at=0.0), "a/q", reclaim)), now=30.0)
+    assert tally.lost_by_reason == {fair: 2 * 10.0, reclaim: 4 * 15.0 + 1 * 30.0}
+    assert sum(tally.lost_by_reason.values()) == tally.lost_gpu_seconds
