@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
 from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
@@ -132,6 +133,35 @@ def test_a_preempted_workload_does_not_borrow_while_in_nominal_demand_waits() ->
     assert "cohort c" in res.message("b/again")
     fresh = world.submit(make_workload("fresh").ns("b").gpus(8).at(2.0)).run(now=10.0)
     assert fresh.admitted_ids() == {"b/fresh"}
+
+
+@pytest.mark.parametrize(
+    ("evictions", "b_nominal", "borrows"),
+    [
+        pytest.param(REPEAT_VICTIM - 1, 8, True, id="preempted-twice-borrows"),
+        pytest.param(REPEAT_VICTIM, 8, False, id="preempted-three-times-waits-for-nominal"),
+        pytest.param(REPEAT_VICTIM, 4, True, id="unless-its-nominal-could-never-hold-it"),
+    ],
+)
+def test_a_workload_preempted_three_times_is_not_lent_quota_again(
+    evictions: int, b_nominal: int, borrows: bool
+) -> None:
+    # b already runs its nominal quota; a lends an idle node. Nobody waits within nominal,
+    # but a fourth loan would be the likeliest to be reclaimed a fourth time.
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=16, cpu="192"),
+        make_cq("b").cohort("c").nominal(gpu=b_nominal, cpu="96"),
+    )
+    world.node(make_nodes("n", 2))
+    held = make_workload("held").ns("b").gpus(b_nominal).build()
+    world.running(make_admitted(held, "b", "default", {"n-0": 1}))
+    again = make_workload("again").ns("b").gpus(8).at(1.0).build()
+    world.submit(dataclasses.replace(again, evictions=evictions))
+    res = world.run(now=10.0)
+    assert (res.admitted_ids() == {"b/again"}) is borrows
+    if not borrows:
+        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+        assert "borrows no more" in res.message("b/again")
 
 
 @pytest.mark.parametrize(
