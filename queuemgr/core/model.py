@@ -11,6 +11,7 @@ workload is one gang, so anything that admits it admits every pod set.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -211,16 +212,30 @@ class PodSet:
 
 ShapeId = NewType("ShapeId", int)
 
-# Distinct gang shapes seen by this process, numbered. Shapes are few (a job
-# template yields one), so the table stays small; the numbers are only ever
+# Distinct gang shapes seen by this process, and the id of each. Shapes are few
+# (a job template yields one), so the table stays small; the ids are only ever
 # used as dictionary keys, never for ordering, so they cannot sway a decision.
+# An id comes from the shape's content, not from the order shapes were met: state
+# saved by one process (a simulator checkpoint) holds ids, in workloads and in
+# per-shape memos, that must mean the same shapes in the process that loads it.
 _SHAPE_IDS: dict[tuple[object, ...], ShapeId] = {}
+_SHAPES: dict[ShapeId, tuple[object, ...]] = {}
 
 
 def shape_id(shape: tuple[object, ...]) -> ShapeId:
     found = _SHAPE_IDS.get(shape)
     if found is None:
-        found = _SHAPE_IDS[shape] = ShapeId(len(_SHAPE_IDS))
+        # The shape's parts are ints, strings, None and tuples and frozen dataclasses of
+        # them: their repr is the same in every process. A 64-bit clash between two
+        # shapes is all but impossible, and would only be resolved in meeting order.
+        text, salt = repr(shape), 0
+        while True:
+            digest = hashlib.blake2b(f"{salt}:{text}".encode(), digest_size=8).digest()
+            found = ShapeId(int.from_bytes(digest, "big"))
+            if _SHAPES.setdefault(found, shape) == shape:
+                break
+            salt += 1
+        _SHAPE_IDS[shape] = found
     return found
 
 
