@@ -40,7 +40,7 @@ from queuemgr.core.nomination import Nomination, Nominator
 from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
-from queuemgr.core.preemption import Preemption, Preemptor, may_preempt
+from queuemgr.core.preemption import REPEAT_VICTIM, Preemption, Preemptor, may_preempt
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Eviction,
@@ -79,6 +79,24 @@ class Stale:
 
 STALE = Stale()
 NOT_PREEMPTED = Stale()  # a distinct sentinel: preemption found no way in
+
+
+TAKEN_BACK_TOO_OFTEN = Verdict(
+    reason=PendingReason.NOMINAL_DEMAND_WAITING,
+    detail=(
+        f"preempted {REPEAT_VICTIM} times, it borrows no more: it waits for its "
+        "ClusterQueue's nominal quota"
+    ),
+)
+
+
+def _nominal_holds(cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
+    """Whether ``cq``'s nominal quota on ``flavor`` could ever hold all of ``w``."""
+    quota = next((fq for fq in cq.flavors if fq.flavor == flavor), None)
+    if quota is None:
+        return False
+    nominal = quota.nominal
+    return all(v <= nominal[r] for r, v in w.total_requests.items() if r in nominal)
 
 
 class Admitter:
@@ -133,6 +151,10 @@ class Admitter:
         ``STALE`` means the nomination no longer holds (a cohort peer took
         the pool since): the caller nominates again and requeues the head.
         """
+        if w.evictions >= REPEAT_VICTIM:
+            refused = self._lent_too_often(cq, w)
+            if refused is not None:
+                return refused
         # Quota checks made at nomination still hold if nothing was admitted since.
         known = nomination.checks if nomination.version == self.ledger.version else {}
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
@@ -227,6 +249,10 @@ class Admitter:
             self.preemptor.undo(found)
             self.backfill.remember(key, self.ledger.version, refused)
             return refused
+        lent = found.borrowing and w.evictions >= REPEAT_VICTIM
+        if lent and _nominal_holds(cq, w, found.flavor):
+            self.preemptor.undo(found)  # fair sharing would lend it quota a fourth time
+            return TAKEN_BACK_TOO_OFTEN
         found = replace(found, placements=placements)
         self.evictions.extend(found.evictions)
         self.log.extend(found.evictions)
@@ -275,6 +301,21 @@ class Admitter:
         if not found.borrowing:
             return found.placements, None
         return found.placements, refused
+
+    def _lent_too_often(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
+        """Why ``w``, preempted ``REPEAT_VICTIM`` times, may not take the quota it fits.
+
+        A loan can be reclaimed at any time, and a workload taken that often that
+        borrows again is the likeliest to be taken once more: victims of that count go
+        last, not never. It waits for its own queue's nominal quota instead, unless
+        that quota could never hold it: then borrowing is its only way in.
+        """
+        for fq in cq.flavors:
+            check = self.ledger.check_for(cq, fq.flavor, w)
+            if check.fits:  # the flavor this try would take
+                lent = check.borrowing and _nominal_holds(cq, w, fq.flavor)
+                return TAKEN_BACK_TOO_OFTEN if lent else None
+        return None
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         return inadmissible(self.snapshot.config, cq, w)

@@ -63,12 +63,11 @@ from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
     CohortName,
-    FlavorName,
     QueueingStrategy,
     Workload,
 )
 from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, Nomination
-from queuemgr.core.preemption import REPEAT_VICTIM, preempts_within
+from queuemgr.core.preemption import preempts_within
 from queuemgr.core.queues import Cursor
 from queuemgr.core.reasons import (
     Decisions,
@@ -109,32 +108,6 @@ def _nominal_demand_waiting(cohort: CohortName | None) -> Verdict:
             f"{cohort} waits for that capacity"
         ),
     )
-
-
-_TAKEN_BACK_TOO_OFTEN = Verdict(
-    reason=PendingReason.NOMINAL_DEMAND_WAITING,
-    detail=(
-        f"preempted {REPEAT_VICTIM} times, it borrows no more: it waits for its "
-        "ClusterQueue's nominal quota"
-    ),
-)
-
-
-def _lent_too_often(cq: ClusterQueue, w: Workload, flavor: FlavorName | None) -> bool:
-    """Whether ``w`` was taken back so often that it is not lent quota again.
-
-    A loan can be reclaimed at any time, and a workload preempted ``REPEAT_VICTIM``
-    times that borrows again is the likeliest to be taken a fourth time (victims of
-    that count go last, not never). It waits for its own queue's nominal quota
-    instead, unless that quota could never hold it: then borrowing is its only way in.
-    """
-    if w.evictions < REPEAT_VICTIM or flavor is None:
-        return False
-    quota = next((fq for fq in cq.flavors if fq.flavor == flavor), None)
-    if quota is None:
-        return False
-    nominal = quota.nominal
-    return all(v <= nominal[r] for r, v in w.total_requests.items() if r in nominal)
 
 
 class Cycle(Admitter):
@@ -245,8 +218,6 @@ class Cycle(Admitter):
                 continue
             if not defer and w.evictions and self._lends_reclaimed(cq, nomination):
                 verdict = _nominal_demand_waiting(cq.cohort)
-            elif key[0] == BORROWING and _lent_too_often(cq, w, nomination.flavor):
-                verdict = _TAKEN_BACK_TOO_OFTEN
             else:
                 verdict = self.try_admit(cq, w, nomination)
             if verdict is STALE:

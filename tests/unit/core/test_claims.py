@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from queuemgr.core.model import Cohort, CohortName
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
@@ -162,6 +163,38 @@ def test_a_workload_preempted_three_times_is_not_lent_quota_again(
     if not borrows:
         assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
         assert "borrows no more" in res.message("b/again")
+
+
+@pytest.mark.parametrize(
+    ("evictions", "takes"),
+    [
+        pytest.param(REPEAT_VICTIM - 1, True, id="preempted-twice-may-take-a-loan"),
+        pytest.param(REPEAT_VICTIM, False, id="preempted-three-times-evicts-nobody"),
+    ],
+)
+def test_a_workload_preempted_three_times_does_not_borrow_by_fair_sharing(
+    evictions: int, takes: bool
+) -> None:
+    # The cohort is full: a borrows 16 on two loans, b runs its nominal 8. b's job would
+    # borrow, and fair sharing may take a loan of a for it (a keeps a share of 8).
+    world = World().cq(
+        make_cq("lender").cohort("c").nominal(gpu=16, cpu="192"),
+        make_cq("a").cohort("c").nominal(gpu=0, cpu="0"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96"),
+    )
+    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=True)]
+    world.node(make_nodes("n", 3))
+    held = make_workload("held").ns("b").gpus(8).build()
+    world.running(make_admitted(held, "b", "default", {"n-0": 1}))
+    for i in (1, 2):
+        loan = make_workload(f"loan{i}").ns("a").gpus(8).build()
+        world.running(make_admitted(loan, "a", "default", {f"n-{i}": 1}, at=2.0))
+    again = make_workload("again").ns("b").gpus(8).at(1.0).build()
+    world.submit(dataclasses.replace(again, evictions=evictions))
+    res = world.run(now=10.0)
+    assert bool(res.decisions.evicted) is takes
+    if not takes:
+        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
 
 
 @pytest.mark.parametrize(
