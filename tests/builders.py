@@ -439,6 +439,19 @@ class World:
         return Result(world=self, snapshot=snap, decisions=schedule(snap, now))
 
 
+def lending_cohort(*, lender: int, a: int, b: int, fair: bool, nodes: int) -> World:
+    """An idle lender and queues a and b, nominal GPUs as given (12 CPUs a GPU), in
+    cohort c (with fair sharing or not), on ``nodes`` 8-GPU nodes n-0, n-1..."""
+    world = World().cq(
+        *(
+            make_cq(name).cohort("c").nominal(gpu=gpus, cpu=str(12 * gpus))
+            for name, gpus in (("lender", lender), ("a", a), ("b", b))
+        )
+    )
+    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=fair)]
+    return world.node(make_nodes("n", nodes))
+
+
 def with_loans(config: Config, admitted: Iterable[AdmittedWorkload]) -> list[AdmittedWorkload]:
     """``admitted`` with each run marked borrowing as its admission would have marked it.
 

@@ -6,12 +6,18 @@ import dataclasses
 
 import pytest
 
-from queuemgr.core.model import Cohort, CohortName
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
 from queuemgr.core.verdicts import PendingReason
-from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
+from tests.builders import (
+    World,
+    lending_cohort,
+    make_admitted,
+    make_cq,
+    make_nodes,
+    make_workload,
+)
 
 
 def _lent(*, min_runtime: float = 0.0) -> World:
@@ -177,13 +183,7 @@ def test_a_workload_preempted_three_times_does_not_borrow_by_fair_sharing(
 ) -> None:
     # The cohort is full: a borrows 16 on two loans, b runs its nominal 8. b's job would
     # borrow, and fair sharing may take a loan of a for it (a keeps a share of 8).
-    world = World().cq(
-        make_cq("lender").cohort("c").nominal(gpu=16, cpu="192"),
-        make_cq("a").cohort("c").nominal(gpu=0, cpu="0"),
-        make_cq("b").cohort("c").nominal(gpu=8, cpu="96"),
-    )
-    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=True)]
-    world.node(make_nodes("n", 3))
+    world = lending_cohort(lender=16, a=0, b=8, fair=True, nodes=3)
     held = make_workload("held").ns("b").gpus(8).build()
     world.running(make_admitted(held, "b", "default", {"n-0": 1}))
     for i in (1, 2):

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from queuemgr.core.model import Cohort, CohortName
 from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
-from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
+from tests.builders import (
+    World,
+    lending_cohort,
+    make_admitted,
+    make_cq,
+    make_nodes,
+    make_workload,
+)
 from tests.unit.core.test_properties import SETTINGS
 
 
@@ -20,13 +27,7 @@ def _greedy_borrower(
 ) -> World:
     """An idle lender; a holds every GPU on borrowed quota, admitted at t = 0..7; b has
     as many jobs, all waiting since ``b_waits_from`` (by default, before a's were admitted)."""
-    world = World().cq(
-        make_cq("lender").cohort("c").nominal(gpu=8, cpu="96"),
-        make_cq("a").cohort("c").nominal(gpu=0, cpu="0"),
-        make_cq("b").cohort("c").nominal(gpu=0, cpu="0"),
-    )
-    world.cohorts = [Cohort(name=CohortName("c"), fair_sharing=fair)]
-    world.node(make_nodes("n", 1))
+    world = lending_cohort(lender=8, a=0, b=0, fair=fair, nodes=1)
     for i in range(running):
         job = make_workload(f"a{i}").ns("a").gpus(1).at(float(i)).build()
         world.running(make_admitted(job, "a", "default", {"n-0": 1}, at=float(i)))
