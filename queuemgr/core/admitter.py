@@ -92,7 +92,7 @@ TAKEN_BACK_TOO_OFTEN = Verdict(
 
 def _nominal_holds(cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
     """Whether ``cq``'s nominal quota on ``flavor`` could ever hold all of ``w``."""
-    quota = next((fq for fq in cq.flavors if fq.flavor == flavor), None)
+    quota = cq.quota(flavor)
     if quota is None:
         return False
     nominal = quota.nominal
