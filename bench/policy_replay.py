@@ -67,7 +67,7 @@ from queuemgr.core.resources import GPU
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.sim.engine import Engine, Event
 from queuemgr.sim.report import percentile
-from queuemgr.sim.trace import TraceError, load_trace, parse_max_runtime_rule
+from queuemgr.sim.trace import MaxRuntimeRule, TraceError, load_trace, parse_max_runtime_rule
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.scenario import SimWorkload, load_scenario
 
@@ -381,6 +381,27 @@ def _run_alone(
     return out, meters[name]
 
 
+def load_jobs(limit: int = 0, rule: MaxRuntimeRule | None = None) -> list[SimWorkload]:
+    """The trace's jobs as every policy gets them: tenants assigned, limits declared
+    (by ``rule``, or by this benchmark's partitions when it is None)."""
+    scenario = load_scenario(SCENARIO)
+    namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
+    jobs = load_trace(
+        TRACE, namespaces=namespaces, assign_tenants=8, seed=0, max_runtime=rule or "none"
+    ).workloads
+    if limit:
+        jobs = jobs[:limit]
+    if rule is None:
+        jobs = [
+            dataclasses.replace(
+                sw,
+                workload=dataclasses.replace(sw.workload, max_runtime=declared_limit(sw.runtime)),
+            )
+            for sw in jobs
+        ]
+    return jobs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=0, help="only the first N jobs")
@@ -472,24 +493,10 @@ def main() -> None:
             rule = parse_max_runtime_rule(args.max_runtime, option="--max-runtime")
         except InputError as exc:
             parser.error(str(exc))
-    scenario = load_scenario(SCENARIO)
-    namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
     try:
-        jobs = load_trace(
-            TRACE, namespaces=namespaces, assign_tenants=8, seed=0, max_runtime=rule or "none"
-        ).workloads
+        jobs = load_jobs(args.limit, rule)
     except TraceError as exc:
         parser.error(str(exc))
-    if args.limit:
-        jobs = jobs[: args.limit]
-    if rule is None:
-        jobs = [
-            dataclasses.replace(
-                sw,
-                workload=dataclasses.replace(sw.workload, max_runtime=declared_limit(sw.runtime)),
-            )
-            for sw in jobs
-        ]
     meters: dict[str, Meter] = {}
     chosen = policies(args.depth, args.largest, args.largest_min_gpus, Ordering(args.ordering))
     if args.policies:

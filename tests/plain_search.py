@@ -24,6 +24,7 @@ from queuemgr.core.preemption import (
     preempts_within,
 )
 from queuemgr.core.reasons import Eviction, PreemptionReason
+from queuemgr.core.resources import GPU
 
 
 class PlainPreemptor(Preemptor):
@@ -68,6 +69,7 @@ class PlainPreemptor(Preemptor):
                 0
                 if item[1] is PreemptionReason.IN_CLUSTER_QUEUE or item[0].admission.borrowing
                 else 1,
+                item[0].held.get(GPU, 0) * (self._now - item[0].admitted_at),
                 -item[0].admitted_at,
                 item[0].workload.id,
             )

@@ -13,8 +13,8 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
 
 What must stay true: victims are tried in order (queues that borrow first,
 then lowest priority, then workloads preempted fewer than ``REPEAT_VICTIM``
-times, then runs admitted on borrowed quota, then most recently admitted, which
-loses the least work) and the set is pruned to a minimal one; a gang is evicted
+times, then runs admitted on borrowed quota, then the least work lost: GPU-seconds
+run so far, then the most recently admitted) and the set is pruned to a minimal one; a gang is evicted
 whole; a run younger than its ClusterQueue's ``min_runtime`` is no victim of
 reclaim or fair sharing; fair sharing takes only runs admitted on borrowed quota
 since its preemptor started waiting, and never a workload preempted
@@ -56,7 +56,7 @@ from queuemgr.core.model import (
 from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import Eviction, PreemptionReason
-from queuemgr.core.resources import ResourceName
+from queuemgr.core.resources import GPU, ResourceName
 
 # Preempted this often, a workload becomes a victim of last resort (see _candidates),
 # and no victim of fair sharing at all (fair_victim).
@@ -242,15 +242,18 @@ class Preemptor:
     def _ordered(
         self, out: list[tuple[AdmittedWorkload, PreemptionReason]], flavor: FlavorName
     ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
-        # The newest run loses the least work, so it goes first, except a workload already
-        # preempted REPEAT_VICTIM times: a run just re-admitted is the newest, and taking
-        # it first every time is how one workload gets preempted over and over. Between
-        # those, a peer's loans go before its runs admitted within nominal quota: the
-        # loans alone cover all it borrows (see _loan_rank), so a run it is due is taken
-        # only when the preemptor's placement needs that run's node.
+        # The run that loses the least work goes first (its GPU-seconds so far, then the
+        # newest), except a workload already preempted REPEAT_VICTIM times: a run just
+        # re-admitted loses the least, and taking it first every time is how one workload
+        # gets preempted over and over. Between those, a peer's loans go before its runs
+        # admitted within nominal quota: the loans alone cover all it borrows (see
+        # _loan_rank), so a run it is due is taken only when the preemptor's placement
+        # needs that run's node, and then the one that has done the least work.
+        now = self._now
+
         def order(
             item: tuple[AdmittedWorkload, PreemptionReason],
-        ) -> tuple[int, int, int, int, float, str]:
+        ) -> tuple[int, int, int, int, float, float, str]:
             a, reason = item
             borrows = self._borrows(a.admission.cluster_queue, flavor)
             return (
@@ -258,6 +261,7 @@ class Preemptor:
                 a.workload.priority,
                 a.workload.evictions >= REPEAT_VICTIM,
                 _loan_rank(a, reason),
+                a.held.get(GPU, 0) * (now - a.admitted_at),
                 -a.admitted_at,
                 a.workload.id,
             )

@@ -118,6 +118,32 @@ def test_reclaim_within_cohort(
         assert res.evicted_ids() == set()
 
 
+@pytest.mark.parametrize(
+    ("big_at", "victim"),
+    [
+        pytest.param(500.0, "b/small", id="the-old-1-gpu-run-loses-less-than-8-gpus-since-500"),
+        pytest.param(950.0, "b/big", id="8-gpus-since-950-lose-less-than-the-old-1-gpu-run"),
+    ],
+)
+def test_reclaim_takes_the_run_that_loses_the_least_work(big_at: float, victim: str) -> None:
+    # b borrows all it runs: 8 GPUs filling n-0 since big_at, and 1 GPU on n-1 since
+    # t=100. a's 8-GPU job needs a whole node; either run's going makes one. At t=1000
+    # the newest run is always the 8-GPU one, but it has done more work (GPUs x seconds)
+    # than the old 1-GPU run unless it started less than 112.5 s ago.
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=16, cpu="192").preempt(reclaim="Any"),
+        make_cq("b").cohort("c").nominal(gpu=0, cpu="96"),
+    )
+    world.node(make_nodes("n", 2))
+    big = make_workload("big").ns("b").gpus(8).build()
+    small = make_workload("small").ns("b").gpus(1).build()
+    world.running(make_admitted(big, "b", "default", {"n-0": 1}, at=big_at))
+    world.running(make_admitted(small, "b", "default", {"n-1": 1}, at=100.0))
+    res = world.submit(make_workload("mine").ns("a").gpus(8).at(990.0)).run(now=1000.0)
+    assert res.evicted_ids() == {victim}
+    assert "a/mine" in res.admitted_once_victims_stop(now=1000.0)
+
+
 def test_no_reclaim_beyond_the_preemptors_nominal() -> None:
     # a wants 16 GPUs: 8 above its nominal, so it may not take them back by force.
     world = _lender_and_borrower("Any", 0).submit(
