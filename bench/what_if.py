@@ -24,11 +24,13 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this tree's queuemgr, whatever is installed
 sys.path.insert(0, str(ROOT / "bench"))
 
+import policy_replay  # noqa: E402
 from policy_replay import Saved, _so_far, load_jobs  # noqa: E402
 
 from queuemgr.core.reasons import Eviction  # noqa: E402
@@ -54,6 +56,15 @@ class Lost:
         return self.gpus * self.ran
 
 
+class _Unpickler(pickle.Unpickler):
+    """policy_replay.py pickles its Meter as ``__main__.Meter``: here it is a module."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__":
+            return getattr(policy_replay, name)
+        return super().find_class(module, name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a state kept by policy_replay.py --keep")
@@ -62,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         with args.checkpoint.open("rb") as f:
-            _key, state = pickle.load(f)
+            _key, state = _Unpickler(f).load()
     except (OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         parser.error(f"{args.checkpoint}: unreadable ({exc})")
     saved: Saved = state
