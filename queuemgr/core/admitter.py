@@ -237,6 +237,8 @@ class Admitter:
             return again
         found = None
         if self.backfill.guards:
+            if self.preemptor.hopeless(cq, w):
+                return NOT_PREEMPTED  # neither search below could succeed: spare both
             # Victims whose going leaves it room off the reserved capacity, if there are.
             with self.backfill.held(self.pool):
                 found = self.preemptor.find(cq, w, loans_only=True)

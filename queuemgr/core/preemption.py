@@ -14,8 +14,8 @@ ClusterQueue's ``preemption`` fields say who may evict whom (Kueue's rules):
 What must stay true: victims are tried in order (queues that borrow first,
 then lowest priority, then workloads preempted fewer than ``REPEAT_VICTIM``
 times, then runs admitted on borrowed quota, then the least work lost: GPU-seconds
-run so far, then the most recently admitted) and the set is pruned to a minimal one; a gang is evicted
-whole; a run younger than its ClusterQueue's ``min_runtime`` is no victim of
+run so far, then the most recently admitted) and the set is pruned to a minimal
+one; a gang is evicted whole; a run younger than its ClusterQueue's ``min_runtime`` is no victim of
 reclaim or fair sharing; fair sharing takes only runs admitted on borrowed quota
 since its preemptor started waiting, and never a workload preempted
 ``REPEAT_VICTIM`` times; nothing is evicted unless the preemptor then fits both
@@ -162,6 +162,18 @@ class Preemptor:
             if found is not None:
                 return found
         return None
+
+    def hopeless(self, cq: ClusterQueue, w: Workload) -> bool:
+        """Whether no search for ``w`` can succeed now, on any flavor.
+
+        A search with ``loans_only``, or on a pool with less room, has fewer victims and
+        less room, so it fails too: the caller skips every search it would make.
+        """
+        for fq in cq.flavors:
+            candidates = self._candidates(cq, w, fq.flavor)
+            if candidates and not self._hopeless(cq, w, fq.flavor, candidates):
+                return False
+        return True
 
     def undo(self, found: Preemption) -> None:
         """Give back the victims of ``found``: it will not go ahead after all."""
