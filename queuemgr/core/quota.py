@@ -28,6 +28,9 @@ from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, Flav
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
 
 _NO_CAP = 1 << 62
+_SHARE_MEMO = 1 << 16  # entries of QuotaTopology's share memo before it starts over
+_Share = tuple[int, Fraction]
+_NO_SHARE: _Share = (0, Fraction(0))
 
 
 class QuotaVerdict(enum.Enum):
@@ -78,6 +81,7 @@ class QuotaCheck:
 _FITS = QuotaCheck(verdict=QuotaVerdict.FITS)
 _FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
 _EMPTY: Mapping[tuple[FlavorName, ResourceName], int] = {}
+_EMPTY_VEC: Resources = {}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -126,6 +130,50 @@ class QuotaTopology:
             lendable = self.lendable.setdefault(cohort, {})
             for (_f, r), v in pool_map.items():
                 lendable[r] = lendable.get(r, 0) + v
+        # (queue, what it borrows) -> its share: see share_of.
+        self._shares: dict[tuple[ClusterQueueName, tuple[tuple[ResourceName, int], ...]], _Share]
+        self._shares = {}
+        # (queue, flavor) -> (cohort, guaranteed quota) of a queue in a cohort (QuotaLedger.add).
+        self.pooled: dict[tuple[ClusterQueueName, FlavorName], tuple[CohortName, Resources]] = {}
+        for name, of in self.cohort_of.items():
+            if of is None:
+                continue
+            for fq in cluster_queues[name].flavors:
+                self.pooled[(name, fq.flavor)] = (of, self.limits[(name, fq.flavor)].guaranteed)
+
+    def share_of(
+        self, cq: ClusterQueueName, cohort: CohortName, borrowed: Mapping[ResourceName, int]
+    ) -> _Share:
+        """``cq``'s weighted dominant share when it borrows ``borrowed`` (per resource).
+
+        The answer depends on nothing else (the weight and the cohort's lendable totals
+        are static), so it is memoised: a busy cycle asks for the same few shares
+        hundreds of thousands of times (the victim search's fairness test), and exact
+        Fraction arithmetic was the costliest part of answering. The largest ratio is
+        found by integer cross-multiplication, exact as comparing Fractions is, and a
+        Fraction is built once, for the memo.
+        """
+        key = (cq, tuple(borrowed.items()))
+        hit = self._shares.get(key)
+        if hit is not None:
+            return hit
+        num, den = 0, 1  # the largest borrowed / lendable so far
+        lendable = self.lendable.get(cohort, {})
+        for r, b in borrowed.items():
+            total = lendable.get(r, 0)
+            if total > 0 and b * den > num * total:
+                num, den = b, total
+        weight = self.weight[cq]
+        if num == 0:
+            hit = _NO_SHARE
+        elif weight == 0:
+            hit = (1, Fraction(num, den))
+        else:
+            hit = (0, Fraction(num, den) / weight)
+        if len(self._shares) >= _SHARE_MEMO:
+            self._shares.clear()  # bounded: a long run meets ever new usage
+        self._shares[key] = hit
+        return hit
 
     def max_usage(
         self, cq: ClusterQueueName, flavor: FlavorName, r: ResourceName, *, borrows: bool = True
@@ -254,22 +302,35 @@ class QuotaLedger:
 
     def add(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> None:
         self.version += 1
-        per_flavor = self._own.setdefault(cq, {})
+        per_flavor = self._own.get(cq)
+        if per_flavor is None:
+            per_flavor = self._own[cq] = {}
         vec = per_flavor.get(flavor)
         if vec is None:
-            vec = dict(self._base.get(cq, {}).get(flavor, {}))
-            per_flavor[flavor] = vec
-        cohort = self.topology.cohort_of.get(cq)
-        lim = self.topology.limits.get((cq, flavor))
-        used = self._pool_used.setdefault(cohort, {}) if cohort is not None else None
+            vec = per_flavor[flavor] = dict(self._base.get(cq, {}).get(flavor, {}))
+        topo = self.topology
+        pooled = topo.pooled.get((cq, flavor))
+        if pooled is None:
+            cohort = topo.cohort_of.get(cq)
+            if cohort is None:
+                for r, req in request.items():
+                    vec[r] = vec.get(r, 0) + req
+                return
+            pooled = (cohort, _EMPTY_VEC)  # a flavor the queue has no quota on
+        cohort, guaranteed = pooled
+        used = self._pool_used.get(cohort)
+        if used is None:
+            used = self._pool_used[cohort] = {}
         for r, req in request.items():
             cur = vec.get(r, 0)
-            vec[r] = cur + req
-            if used is not None:
-                g = 0 if lim is None else lim.guaranteed.get(r, 0)
-                delta = max(0, cur + req - g) - max(0, cur - g)
-                if delta:
-                    used[(flavor, r)] = used.get((flavor, r), 0) + delta
+            new = cur + req
+            vec[r] = new
+            # The pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
+            g = guaranteed.get(r, 0)
+            delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+            if delta:
+                key = (flavor, r)
+                used[key] = used.get(key, 0) + delta
 
     def share(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
@@ -282,25 +343,30 @@ class QuotaLedger:
         topo = self.topology
         cohort = topo.cohort_of.get(cq)
         if cohort is None:
-            return (0, Fraction(0))
+            return _NO_SHARE
+        # What is borrowed per resource decides the share (with the queue's static
+        # weight and its cohort's lendable totals): one integer pass, then the memo.
         borrowed: dict[ResourceName, int] = {}
         for flavor, lim in topo.flavor_limits.get(cq, ()):
             vec = self.usage(cq, flavor)
+            nominal = lim.nominal
             if extra is not None and extra[0] == flavor:
-                vec = {r: vec.get(r, 0) + extra[1].get(r, 0) for r in set(vec) | set(extra[1])}
-            for r, v in vec.items():
-                over = v - lim.nominal.get(r, 0)
-                if over > 0:
-                    borrowed[r] = borrowed.get(r, 0) + over
-        best = Fraction(0)
-        lendable = topo.lendable.get(cohort, {})
-        for r, b in borrowed.items():
-            total = lendable.get(r, 0)
-            if total > 0:
-                best = max(best, Fraction(b, total))
-        weight = topo.weight[cq]
-        if best == 0:
-            return (0, best)
-        if weight == 0:
-            return (1, best)
-        return (0, best / weight)
+                more = extra[1]
+                for r, v in vec.items():
+                    over = v + more.get(r, 0) - nominal.get(r, 0)
+                    if over > 0:
+                        borrowed[r] = borrowed.get(r, 0) + over
+                for r, v in more.items():
+                    if r not in vec:
+                        over = v - nominal.get(r, 0)
+                        if over > 0:
+                            borrowed[r] = borrowed.get(r, 0) + over
+            else:
+                for r, v in vec.items():
+                    over = v - nominal.get(r, 0)
+                    if over > 0:
+                        borrowed[r] = borrowed.get(r, 0) + over
+        if not borrowed:
+            return _NO_SHARE
+        return topo.share_of(cq, cohort, borrowed)
+
