@@ -332,6 +332,10 @@ class QuotaLedger:
                 key = (flavor, r)
                 used[key] = used.get(key, 0) + delta
 
+    def watch(self, cq: ClusterQueue, flavor: FlavorName, w: Workload) -> QuotaWatch:
+        """``check_for(cq, flavor, w).fits`` from now on, followed through changes."""
+        return QuotaWatch(self, cq, flavor, w)
+
     def share(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
     ) -> tuple[int, Fraction]:
@@ -370,3 +374,101 @@ class QuotaLedger:
             return _NO_SHARE
         return topo.share_of(cq, cohort, borrowed)
 
+
+class QuotaWatch:
+    """Whether one workload fits its queue's quota on one flavor, while usage changes.
+
+    Why it exists: reservation planning (core.reservations) walks the running
+    workloads' expected ends, giving back their quota one by one, and asks at each
+    end whether the gang fits; a ledger addition and a full check per step were a
+    large part of a busy cycle. The answer depends only on the queue's usage of the
+    requested resources on that flavor and on the cohort pool's use of them (so on
+    the usage of every queue of the cohort), which this keeps as a few integers.
+
+    What must stay true: given the same changes, ``fits`` equals
+    ``QuotaLedger.check_for(cq, flavor, w).fits`` on the ledger it was made from
+    (tests/unit/core/test_quota_reference.py); the ledger is read once, when the
+    watch is made, and never changed.
+    """
+
+    __slots__ = ("_cohort", "_flavor", "_guaranteed", "_limits", "_name", "_pool_used", "_usage")
+
+    def __init__(self, ledger: QuotaLedger, cq: ClusterQueue, flavor: FlavorName, w: Workload):
+        topo = ledger.topology
+        self._name = cq.name
+        self._flavor = flavor
+        lim = topo.limits.get((cq.name, flavor))
+        cohort = self._cohort = topo.cohort_of.get(cq.name)
+        no_borrowing = not cq.may_borrow(w)
+        # Per requested resource: (resource, request, the most the queue may then hold by
+        # its own limits, guaranteed, cohort pool); None when it never fits (NOT_COVERED).
+        self._limits: list[tuple[ResourceName, int, int, int, int]] | None = []
+        for r, req in w.total_requests.items():
+            if req <= 0:
+                continue
+            if lim is None or r not in lim.nominal:
+                self._limits = None
+                break
+            nominal = lim.nominal[r]
+            if cohort is None:
+                self._limits.append((r, req, nominal, 0, 0))
+            else:
+                ceiling = min(nominal, lim.cap[r]) if no_borrowing else lim.cap[r]
+                pool = topo.pool[cohort].get((flavor, r), 0)
+                self._limits.append((r, req, ceiling, lim.guaranteed[r], pool))
+        tracked = [r for r, *_ in self._limits or ()]
+        # Usage of the tracked resources on the flavor, of the queue and of its cohort
+        # peers (whose usage moves the pool's use), with each one's guaranteed quota.
+        self._usage: dict[ClusterQueueName, dict[ResourceName, int]] = {}
+        self._guaranteed: dict[ClusterQueueName, Resources] = {}
+        self._pool_used: dict[ResourceName, int] = {}
+        for name in topo.members.get(cohort, [cq.name]) if cohort is not None else [cq.name]:
+            used = ledger.usage(name, flavor)
+            self._usage[name] = {r: used.get(r, 0) for r in tracked}
+            peer = topo.limits.get((name, flavor))
+            self._guaranteed[name] = peer.guaranteed if peer is not None else _EMPTY_VEC
+        if cohort is not None:
+            pool_used = ledger._pool_used.get(cohort, _EMPTY)
+            self._pool_used = {r: pool_used.get((flavor, r), 0) for r in tracked}
+
+    def change(self, cq: ClusterQueueName, flavor: FlavorName, held: Resources, sign: int) -> None:
+        """``cq`` now holds (sign 1) or has given back (sign -1) ``held`` on ``flavor``."""
+        if flavor != self._flavor:
+            return
+        usage = self._usage.get(cq)
+        if usage is None:
+            return  # neither the queue nor a cohort peer: its quota is apart
+        pooled = self._cohort is not None
+        g_of = self._guaranteed[cq]
+        pool_used = self._pool_used
+        for r, cur in usage.items():
+            v = held.get(r, 0)
+            if not v:
+                continue
+            new = usage[r] = cur + sign * v
+            if pooled:
+                # The pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
+                g = g_of.get(r, 0)
+                pool_used[r] += (new - g if new > g else 0) - (cur - g if cur > g else 0)
+
+    @property
+    def covered(self) -> bool:
+        """Whether the flavor lists quota for every requested resource (else never fits)."""
+        return self._limits is not None
+
+    def fits(self) -> bool:
+        limits = self._limits
+        if limits is None:
+            return False
+        mine = self._usage[self._name]
+        pooled = self._cohort is not None
+        for r, req, ceiling, g, pool in limits:
+            cur = mine[r]
+            u = cur + req
+            if u > ceiling:
+                return False
+            # What the pool leaves the queue: its guarantee, the pool's free part, and
+            # what it already takes from the pool.
+            if pooled and u > g + pool - self._pool_used[r] + (cur - g if cur > g else 0):
+                return False
+        return True

@@ -201,7 +201,7 @@ class Planner:
 
         A one-pod-set gang fits exactly when its quota does and the eligible nodes
         hold its pods in sum (the placer fills them greedily), so the release times
-        are walked with a running count of those pods and one quota ledger; the
+        are walked with a running count of those pods and a watch on the quota; the
         placement itself is computed once, at the time found. Other gangs are tried
         with a full placement at each release time.
         """
@@ -210,29 +210,24 @@ class Planner:
         if counter is None:
             state = self.state(admitted_now, evicted.values(), ())
             return self._earliest_by_placing(cq, w, flavor, line, state, now)
-        ledger = QuotaLedger(self._quota, self._snapshot.usage)
-        # Quota changes wait in ``owed`` until the nodes could hold the gang: the ledger's
-        # pool use depends only on the final usage, so one addition per queue and flavor
-        # ends where many would.
-        owed: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]] = {}
+        # The quota side as a few integers (QuotaWatch), followed release by release.
+        quota = QuotaLedger(self._quota, self._snapshot.usage).watch(cq, flavor, w)
+        if not quota.covered:
+            return None  # the flavor lists no quota for a requested resource: never fits
         for a, sign in (*((a, 1) for a in admitted_now), *((a, -1) for a in evicted.values())):
-            _owe(owed, a, sign)
+            quota.change(a.admission.cluster_queue, a.admission.flavor, a.held, sign)
             counter.change(a, sign)
         k = 0
         while True:
-            if counter.enough():
-                for (q, f), delta in owed.items():
-                    ledger.add(q, f, delta)
-                owed.clear()
-                if ledger.check_for(cq, flavor, w).fits:
-                    placements = counter.placement()
-                    assert placements is not None, "the pod count and the placement disagree"
-                    return (max(now, ends[k - 1]) if k else now), placements
+            if counter.enough() and quota.fits():
+                placements = counter.placement()
+                assert placements is not None, "the pod count and the placement disagree"
+                return (max(now, ends[k - 1]) if k else now), placements
             if k >= len(known):
                 return None
             nxt = bisect.bisect_right(ends, ends[k])
             for a in known[k:nxt]:
-                _owe(owed, a, -1)
+                quota.change(a.admission.cluster_queue, a.admission.flavor, a.held, -1)
                 counter.change(a, -1)
             k = nxt
 
@@ -362,14 +357,3 @@ class Guard:
         start = self.reservation.start
         assert start is not None
         return limit is not None and now + limit <= start
-
-
-def _owe(
-    owed: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]],
-    a: AdmittedWorkload,
-    sign: int,
-) -> None:
-    """Note that ``a`` holds (sign 1) or gives back (sign -1) its quota."""
-    delta = owed.setdefault((a.admission.cluster_queue, a.admission.flavor), {})
-    for r, v in admitted_requests(a).items():
-        delta[r] = delta.get(r, 0) + sign * v

@@ -4,7 +4,8 @@ Why it exists: ``QuotaLedger.add`` keeps the cohort pool's use incrementally and
 ``QuotaLedger.share`` answers from a memo with integer comparisons; both are hot in
 the victim search. Here random cohorts and random sequences of additions check
 them against the definitions of core.quota's docstring computed from scratch with
-Fractions, so a speed-up can never change a fit or a fair-sharing order.
+Fractions, and ``QuotaWatch`` against the ledger's own checks, so a speed-up can
+never change a fit or a fair-sharing order.
 """
 
 from __future__ import annotations
@@ -14,14 +15,22 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queuemgr.core.model import ClusterQueue, ClusterQueueName, FlavorName
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, FlavorName, Workload
 from queuemgr.core.quota import QuotaLedger, QuotaTopology
 from queuemgr.core.resources import CPU, GPU, ResourceName
-from tests.builders import make_cq
+from tests.builders import make_cq, make_workload
 
 FLAVORS = (FlavorName("a"), FlavorName("b"))
 RESOURCES = (GPU, CPU)
 NAMES = [ClusterQueueName(f"q{i}") for i in range(4)]
+
+
+WORKLOADS: list[Workload] = [
+    make_workload("one").gpus(1).build(),
+    make_workload("gang").gang(4).gpus(2).cpu("1").max_runtime(50).build(),
+    make_workload("long").gang(2).gpus(3).max_runtime(500).build(),
+    make_workload("mem").gpus(1).memory("1Gi").build(),  # no queue has memory quota
+]
 
 
 @st.composite
@@ -31,6 +40,7 @@ def worlds(
     queues: dict[ClusterQueueName, ClusterQueue] = {}
     for name in NAMES:
         b = make_cq(name).cohort(draw(st.sampled_from(["c", "c", "d", None])))
+        b.borrowing_max_runtime(draw(st.sampled_from([None, 100.0])))
         b.weight(draw(st.sampled_from([Fraction(1), Fraction(0), Fraction(3, 2), Fraction(2)])))
         for flavor in draw(st.sampled_from([FLAVORS[:1], FLAVORS, FLAVORS[1:]])):
             b.flavor(flavor).nominal(
@@ -104,10 +114,24 @@ def test_ledger_matches_definitions(
     topo = QuotaTopology(queues)
     ledger = QuotaLedger(topo, {})
     usage: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
-    for i, f, gpus, millicores in adds:
+    watches = []
+    for n, (i, f, gpus, millicores) in enumerate(adds):
         cq, flavor = NAMES[i], FLAVORS[f]
         request = {GPU: gpus, CPU: millicores}
+        if n == len(adds) // 2:  # watch from here on, through the other half
+            watches = [
+                (queues[name], fl, w, ledger.watch(queues[name], fl, w))
+                for name in NAMES
+                for fl in FLAVORS
+                for w in WORKLOADS
+            ]
         ledger.add(cq, flavor, request)
+        for q, fl, w, watch in watches:
+            if n % 2:
+                watch.change(cq, flavor, request, 1)
+            else:  # the same, as a release of its opposite
+                watch.change(cq, flavor, {r: -v for r, v in request.items()}, -1)
+            assert watch.fits() == ledger.check_for(q, fl, w).fits
         vec = usage.setdefault(cq, {}).setdefault(flavor, {})
         for r, v in request.items():
             vec[r] = vec.get(r, 0) + v
