@@ -83,18 +83,24 @@ class _State:
         # Summed per queue and flavor first: the ledger's pool use depends only on the
         # final usage, so one addition per queue and flavor ends where many would.
         quota_delta: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]] = {}
+        node_free = snapshot.node_free
         for a, sign in changes:
             key = (a.admission.cluster_queue, a.admission.flavor)
-            delta = quota_delta.setdefault(key, {})
-            for r, v in admitted_requests(a).items():
+            delta = quota_delta.get(key)
+            if delta is None:
+                delta = quota_delta[key] = {}
+            for r, v in a.held.items():  # what admitted_requests(a) gives
                 delta[r] = delta.get(r, 0) + sign * v
-            per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+            pod_sets = a.workload.pod_sets
+            single = pod_sets[0].requests if len(pod_sets) == 1 else None
+            per_pod = {ps.name: ps.requests for ps in pod_sets} if single is None else {}
             for p in a.admission.placements:
                 vec = touched.get(p.node)
                 if vec is None:
-                    vec = touched[p.node] = dict(snapshot.node_free.get(p.node, {}))
-                for r, v in per_pod[p.pod_set].items():
-                    vec[r] = vec.get(r, 0) - sign * v * p.count
+                    vec = touched[p.node] = dict(node_free.get(p.node, {}))
+                pods = sign * p.count
+                for r, v in (single if single is not None else per_pod[p.pod_set]).items():
+                    vec[r] = vec.get(r, 0) - v * pods
         for (cq, flavor), delta in quota_delta.items():
             self.ledger.add(cq, flavor, delta)
         if touched:
@@ -201,7 +207,7 @@ class Planner:
 
         A one-pod-set gang fits exactly when its quota does and the eligible nodes
         hold its pods in sum (the placer fills them greedily), so the release times
-        are walked with a running count of those pods and a watch on the quota; the
+        are walked with a watch on the quota and a running count of those pods; the
         placement itself is computed once, at the time found. Other gangs are tried
         with a full placement at each release time.
         """
@@ -216,19 +222,30 @@ class Planner:
             return None  # the flavor lists no quota for a requested resource: never fits
         for a, sign in (*((a, 1) for a in admitted_now), *((a, -1) for a in evicted.values())):
             quota.change(a.admission.cluster_queue, a.admission.flavor, a.held, sign)
-            counter.change(a, sign)
+        counter.change(admitted_now, 1)
+        counter.change(evicted.values(), -1)
+        # Both only get easier as runs end: releases lower usage (the queue's own, or the
+        # pool's use by its peers) and free node capacity. So the first release time at
+        # which both fit is the first one, from the quota's on, at which the nodes do:
+        # the quota is walked alone first, and the nodes catch up in one step.
         k = 0
+        while not quota.fits():
+            if k >= len(known):
+                return None
+            nxt = bisect.bisect_right(ends, ends[k])
+            for a in known[k:nxt]:
+                quota.change(a.admission.cluster_queue, a.admission.flavor, a.held, -1)
+            k = nxt
+        counter.change(known[:k], -1)
         while True:
-            if counter.enough() and quota.fits():
+            if counter.enough():
                 placements = counter.placement()
                 assert placements is not None, "the pod count and the placement disagree"
                 return (max(now, ends[k - 1]) if k else now), placements
             if k >= len(known):
                 return None
             nxt = bisect.bisect_right(ends, ends[k])
-            for a in known[k:nxt]:
-                quota.change(a.admission.cluster_queue, a.admission.flavor, a.held, -1)
-                counter.change(a, -1)
+            counter.change(known[k:nxt], -1)
             k = nxt
 
     def _earliest_by_placing(

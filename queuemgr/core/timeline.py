@@ -158,12 +158,6 @@ class PodCounter:
             if not ps.node_selector or topo.node_matches(node, ps):
                 yield node
 
-    def _eligible(self, node: NodeName) -> bool:
-        cls = self._topology.class_of.get(node)
-        if cls is None or cls.index not in self._classes:
-            return False
-        return not self._ps.node_selector or self._topology.node_matches(node, self._ps)
-
     def free(self, node: NodeName) -> Mapping[ResourceName, int]:
         own = self._free.get(node)
         return own if own is not None else self._base.get(node, {})
@@ -177,20 +171,45 @@ class PodCounter:
     def enough(self) -> bool:
         return self._total >= self._needed
 
-    def change(self, a: AdmittedWorkload, sign: int) -> None:
-        """``a`` now holds its capacity (sign 1) or has released it (sign -1)."""
-        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
-        for p in a.admission.placements:
-            node = p.node
-            if not self._eligible(node):
-                continue
-            old = self.count(node)
-            free = self._free.get(node)
-            if free is None:
-                free = self._free[node] = dict(self._base.get(node, {}))
-            for r, v in per_pod[p.pod_set].items():
-                free[r] = free.get(r, 0) - sign * v * p.count
-            n = self._count[node] = max(0, how_many(self._ps.requests, free))
+    def change(self, workloads: Iterable[AdmittedWorkload], sign: int) -> None:
+        """``workloads`` now hold their capacity (sign 1) or have released it (sign -1).
+
+        A node's count depends only on its final free capacity, so the changes are summed
+        per node first and each node changed is counted once. Called for every running
+        workload a reservation's walk passes, so the lookups are inlined: a node counts
+        if its class is eligible and it matches the pod set's selector.
+        """
+        topo, ps = self._topology, self._ps
+        class_of, classes, selector = topo.class_of, self._classes, ps.node_selector
+        moved: dict[NodeName, dict[ResourceName, int]] = {}
+        for a in workloads:
+            pod_sets = a.workload.pod_sets
+            single = pod_sets[0].requests if len(pod_sets) == 1 else None
+            per_pod = {p.name: p.requests for p in pod_sets} if single is None else {}
+            for p in a.admission.placements:
+                node = p.node
+                cls = class_of.get(node)
+                if cls is None or cls.index not in classes:
+                    continue
+                if selector and not topo.node_matches(node, ps):
+                    continue
+                delta = moved.get(node)
+                if delta is None:
+                    delta = moved[node] = {}
+                pods = sign * p.count
+                for r, v in (single if single is not None else per_pod[p.pod_set]).items():
+                    delta[r] = delta.get(r, 0) - v * pods
+        wanted, frees, counts = ps.requests, self._free, self._count
+        for node, delta in moved.items():
+            free = frees.get(node)
+            if free is None:  # first change of the node: its count is the snapshot's
+                free = frees[node] = dict(self._base.get(node, {}))
+                old = max(0, how_many(wanted, free))
+            else:
+                old = counts[node]
+            for r, v in delta.items():
+                free[r] = free.get(r, 0) + v
+            n = counts[node] = max(0, how_many(wanted, free))
             self._total += n - old
 
     def placement(self) -> tuple[PodSetPlacement, ...] | None:

@@ -144,3 +144,41 @@ def test_the_pod_count_and_its_placement_match_the_placer(
     placed = NodePool(topo, free, index).place(flavor, (ps,))
     assert counter.enough() is (placed is not None)
     assert counter.placement() == placed
+
+
+@settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(_pools(), st.booleans(), st.data())
+def test_the_pod_count_follows_changes_as_the_placer_does(
+    case: tuple[World, dict[NodeName, dict[ResourceName, int]], PodSet],
+    indexed: bool,
+    data: st.DataObject,
+) -> None:
+    """Runs taken and given back in batches (several on one node among them) leave the
+    counter where a pool that took and gave back the same runs places the gang."""
+    world, free, ps = case
+    config = world.config()
+    topo = config.node_topology
+    index = build_free_index(topo, free) if indexed else None
+    snap = dataclasses.replace(world.snapshot(), node_free=free, node_index=index)
+    flavor = FlavorName("default")
+    counter = PodCounter.of(snap, flavor, (ps,))
+    assert counter is not None
+    pool = NodePool(topo, free, index)
+    names = [node.name for node in world.nodes]
+    for batch in range(data.draw(st.integers(1, 3))):
+        runs = [
+            make_admitted(
+                make_workload(f"r{batch}-{i}").gpus(data.draw(st.sampled_from([1, 2]))).build(),
+                "q",
+                "default",
+                {data.draw(st.sampled_from(names)): data.draw(st.integers(1, 2))},
+            )
+            for i in range(data.draw(st.integers(0, 4)))
+        ]
+        sign = data.draw(st.sampled_from([1, -1]))
+        counter.change(runs, sign)
+        for a in runs:
+            (pool.take if sign > 0 else pool.release)(a.admission.placements, a.workload.pod_sets)
+        placed = pool.place(flavor, (ps,))
+        assert counter.enough() is (placed is not None)
+        assert counter.placement() == placed
