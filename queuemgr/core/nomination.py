@@ -64,6 +64,8 @@ class Nominator:
         config = snapshot.config
         # (queue, shape[, LocalQueue]) -> (ledger version, class, share, nomination)
         self._memo: dict[tuple[object, ...], tuple[int, int, float, Nomination]] = {}
+        # (namespace, LocalQueue) -> its usage share, for usage_rank.
+        self._lq_share: dict[tuple[str, str], float] = {}
         # Ordering by usage: within these queues, and among these queues' borrowers.
         self.usage_within: set[ClusterQueueName] = set()
         self.usage_across: set[ClusterQueueName] = set()
@@ -133,7 +135,12 @@ class Nominator:
 
     def usage_rank(self, w: Workload) -> tuple[object, ...]:
         # The LocalQueue's key comes first, so each run (one LocalQueue) stays in order.
-        cq = self.snapshot.config.queue_for(w)
-        queue = self.snapshot.config.cluster_queues[cq] if cq is not None else None
-        share = self.usage_share(queue, w) if queue is not None else 0.0
+        # Its share depends on the LocalQueue alone (its route and decayed usage), so it
+        # is worked out once per cycle, not once per workload the cursors rank.
+        lq = (w.namespace, w.queue)
+        share = self._lq_share.get(lq)
+        if share is None:
+            cq = self.snapshot.config.queue_for(w)
+            queue = self.snapshot.config.cluster_queues[cq] if cq is not None else None
+            share = self._lq_share[lq] = self.usage_share(queue, w) if queue is not None else 0.0
         return (share, w.namespace, w.queue, *w.order_key)
