@@ -108,7 +108,10 @@ def main() -> None:
     engine.emit, engine.observer = meter.event, meter.cycle
     print(f"what-if from {args.checkpoint.name} at {start:,.0f} s under this tree's code")
     print(f"  at {start:,.0f} s: {_so_far(engine, meter)}")
-    engine.run(until=args.until)
+    while not engine.done and engine.result.end_time < args.until:
+        # In steps, each with a line: a busy stretch takes many minutes.
+        engine.run(until=min(args.until, engine.result.end_time + 50_000))
+        print(f"  at {engine.result.end_time:,.0f} s: {len(seen)} evictions", flush=True)
     print(f"  at {engine.result.end_time:,.0f} s: {_so_far(engine, meter)}")
     total = sum(x.gpu_seconds for x in seen)
     print(f"stretch: {len(seen)} evictions, {total:,.0f} GPU-s lost")
