@@ -19,6 +19,8 @@ from a run with the default ``--max-runtime`` and no ``--limit``.
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import pickle
 import sys
 from collections import defaultdict
@@ -35,6 +37,7 @@ from policy_replay import Saved, _so_far, load_jobs  # noqa: E402
 
 from queuemgr.core.reasons import Eviction  # noqa: E402
 from queuemgr.core.resources import GPU  # noqa: E402
+from queuemgr.core.snapshot import Config  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +68,16 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _forget_derived() -> None:
+    """Drop what a Config derives once (its cached properties): a state saved by other
+    code may hold them in that code's shape; this tree's code derives them again."""
+    derived = [name for name, v in vars(Config).items() if isinstance(v, functools.cached_property)]
+    for obj in gc.get_objects():
+        if isinstance(obj, Config):
+            for name in derived:
+                obj.__dict__.pop(name, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", type=Path, help="a state kept by policy_replay.py --keep")
@@ -77,6 +90,7 @@ def main() -> None:
     except (OSError, EOFError, ValueError, pickle.UnpicklingError) as exc:
         parser.error(f"{args.checkpoint}: unreadable ({exc})")
     saved: Saved = state
+    _forget_derived()
     engine, meter, _marks, _spent = saved
     start = engine.result.end_time
     if args.until <= start:
