@@ -128,20 +128,26 @@ def _pools(draw: st.DrawFn) -> tuple[World, dict[NodeName, dict[ResourceName, in
     return world, free, ps
 
 
+def _counter_and_pool(
+    case: tuple[World, dict[NodeName, dict[ResourceName, int]], PodSet], indexed: bool
+) -> tuple[World, PodSet, PodCounter, NodePool]:
+    """The pod counter of ``case``'s gang on its free capacity, and a placer on the same."""
+    world, free, ps = case
+    topo = world.config().node_topology
+    index = build_free_index(topo, free) if indexed else None
+    snap = dataclasses.replace(world.snapshot(), node_free=free, node_index=index)
+    counter = PodCounter.of(snap, FlavorName("default"), (ps,))
+    assert counter is not None
+    return world, ps, counter, NodePool(topo, free, index)
+
+
 @settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(_pools(), st.booleans())
 def test_the_pod_count_and_its_placement_match_the_placer(
     case: tuple[World, dict[NodeName, dict[ResourceName, int]], PodSet], indexed: bool
 ) -> None:
-    world, free, ps = case
-    config = world.config()
-    topo = config.node_topology
-    index = build_free_index(topo, free) if indexed else None
-    snap = dataclasses.replace(world.snapshot(), node_free=free, node_index=index)
-    flavor = FlavorName("default")
-    counter = PodCounter.of(snap, flavor, (ps,))
-    assert counter is not None
-    placed = NodePool(topo, free, index).place(flavor, (ps,))
+    _world, ps, counter, pool = _counter_and_pool(case, indexed)
+    placed = pool.place(FlavorName("default"), (ps,))
     assert counter.enough() is (placed is not None)
     assert counter.placement() == placed
 
@@ -155,15 +161,8 @@ def test_the_pod_count_follows_changes_as_the_placer_does(
 ) -> None:
     """Runs taken and given back in batches (several on one node among them) leave the
     counter where a pool that took and gave back the same runs places the gang."""
-    world, free, ps = case
-    config = world.config()
-    topo = config.node_topology
-    index = build_free_index(topo, free) if indexed else None
-    snap = dataclasses.replace(world.snapshot(), node_free=free, node_index=index)
+    world, ps, counter, pool = _counter_and_pool(case, indexed)
     flavor = FlavorName("default")
-    counter = PodCounter.of(snap, flavor, (ps,))
-    assert counter is not None
-    pool = NodePool(topo, free, index)
     names = [node.name for node in world.nodes]
     for batch in range(data.draw(st.integers(1, 3))):
         runs = [
