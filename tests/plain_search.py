@@ -16,15 +16,10 @@ from queuemgr.core.model import (
     ReclaimWithinCohort,
     Workload,
 )
-from queuemgr.core.preemption import (
-    REPEAT_VICTIM,
-    Preemption,
-    Preemptor,
-    fair_victim,
-    preempts_within,
-)
+from queuemgr.core.preemption import Preemption, Preemptor
 from queuemgr.core.reasons import Eviction, PreemptionReason
 from queuemgr.core.resources import GPU
+from queuemgr.core.victim_rules import REPEAT_VICTIM, fair_victim, preempts_within
 
 
 class PlainPreemptor(Preemptor):

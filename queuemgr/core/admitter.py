@@ -40,7 +40,7 @@ from queuemgr.core.nomination import Nomination, Nominator
 from queuemgr.core.partial import largest_partial
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import PreemptorAdmission
-from queuemgr.core.preemption import REPEAT_VICTIM, Preemption, Preemptor, may_preempt
+from queuemgr.core.preemption import Preemption, Preemptor
 from queuemgr.core.quota import QuotaCheck, QuotaLedger, QuotaVerdict
 from queuemgr.core.reasons import (
     Eviction,
@@ -49,6 +49,7 @@ from queuemgr.core.reasons import (
 from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
+from queuemgr.core.victim_rules import REPEAT_VICTIM, may_preempt
 
 
 def per_workload(cq: ClusterQueue, w: Workload, verdict: Verdict) -> bool:

@@ -67,7 +67,6 @@ from queuemgr.core.model import (
     Workload,
 )
 from queuemgr.core.nomination import BORROWING, NO_QUOTA, NOMINAL, HeapEntry, Nomination
-from queuemgr.core.preemption import preempts_within
 from queuemgr.core.queues import Cursor
 from queuemgr.core.reasons import (
     Decisions,
@@ -76,6 +75,7 @@ from queuemgr.core.reasons import (
 )
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
+from queuemgr.core.victim_rules import preempts_within
 
 # Reasons for which waiting for capacity to free up is what a reservation plans.
 _RESERVABLE = frozenset(

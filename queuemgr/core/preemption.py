@@ -57,42 +57,12 @@ from queuemgr.core.placement import NodePool
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import Eviction, PreemptionReason
 from queuemgr.core.resources import GPU, ResourceName
-
-# Preempted this often, a workload becomes a victim of last resort (see _candidates),
-# and no victim of fair sharing at all (fair_victim).
-REPEAT_VICTIM = 3
-
-
-def fair_victim(a: AdmittedWorkload, preemptor: Workload) -> bool:
-    """Whether fair sharing may take ``a`` for ``preemptor`` (shares aside).
-
-    Only a run its queue was lent: one admitted within its queue's nominal quota is
-    that queue's due, and taking it for a borrower hands the room to one loan from
-    under another's guarantee, which the victim's queue then reclaims (on Philly such
-    runs were a third of the GPU-seconds fair sharing threw away). Only a run admitted
-    since the preemptor started waiting: one admitted before
-    took room nobody asked for, and evicting it throws its work away to undo no
-    unfairness (on Philly, fair sharing without this lost a fifth of the GPU-seconds
-    delivered, mostly runs of days). And not a workload already preempted
-    ``REPEAT_VICTIM`` times: fairness is best effort, and a run taken again and again
-    delivers nothing. Reclaim, the nominal-quota guarantee, has neither limit.
-    """
-    return (
-        a.admission.borrowing
-        and a.admitted_at >= preemptor.queued_since
-        and a.workload.evictions < REPEAT_VICTIM
-    )
-
-
-def _loan_rank(a: AdmittedWorkload, reason: PreemptionReason) -> int:
-    """0 for a run of the preemptor's own queue or one a peer was lent, else 1.
-
-    A queue's runs admitted within its nominal quota never hold more than that quota
-    between them (each was admitted only while the whole queue fitted it), so when the
-    queue borrows, its loans hold at least all it borrows.
-    """
-    return 0 if reason is PreemptionReason.IN_CLUSTER_QUEUE or a.admission.borrowing else 1
-
+from queuemgr.core.victim_rules import (
+    REPEAT_VICTIM,
+    fair_victim,
+    loan_rank,
+    preempts_within,
+)
 
 _Held = tuple[tuple[ResourceName, int], ...]
 _Share = tuple[int, Fraction]
@@ -106,15 +76,6 @@ class Preemption:
     placements: tuple[PodSetPlacement, ...]
     borrowing: bool
     evictions: tuple[Eviction, ...]
-
-
-def may_preempt(cq: ClusterQueue, fair_cohorts: Collection[CohortName] = ()) -> bool:
-    p = cq.preemption
-    return (
-        p.within_cluster_queue is not WithinClusterQueue.NEVER
-        or p.reclaim_within_cohort is not ReclaimWithinCohort.NEVER
-        or (cq.cohort is not None and cq.cohort in fair_cohorts)
-    )
 
 
 class Preemptor:
@@ -272,7 +233,7 @@ class Preemptor:
                 0 if borrows else 1,
                 a.workload.priority,
                 a.workload.evictions >= REPEAT_VICTIM,
-                _loan_rank(a, reason),
+                loan_rank(a, reason),
                 a.held.get(GPU, 0) * (now - a.admitted_at),
                 -a.admitted_at,
                 a.workload.id,
@@ -478,20 +439,3 @@ class Preemptor:
 
 def _ledger_only(_placements: tuple[PodSetPlacement, ...], _pod_sets: tuple[PodSet, ...]) -> None:
     """``Preemptor._apply``'s node step, left out: the nodes stay as they are."""
-
-
-def preempts_within(rule: WithinClusterQueue, victim: Workload, preemptor: Workload) -> bool:
-    """Whether ``preemptor`` may evict ``victim`` of its own ClusterQueue under ``rule``."""
-    if rule is WithinClusterQueue.NEVER:
-        return False
-    if victim.priority < preemptor.priority:
-        return True
-    return (
-        rule is WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
-        and victim.priority == preemptor.priority
-        and victim.created_at > preemptor.created_at
-    )
-
-
-def evicted_ids(evictions: Collection[Eviction]) -> set[WorkloadId]:
-    return {e.victim.workload.id for e in evictions}

@@ -256,7 +256,7 @@ def test_an_eviction_sets_when_the_workload_waits_from_and_every_reader_sees_it(
     engine: Engine,
 ) -> None:
     """Fair sharing takes only runs admitted since a preemptor started waiting
-    (core.preemption.fair_victim): a victim starts waiting at its eviction, not at its
+    (core.victim_rules.fair_victim): a victim starts waiting at its eviction, not at its
     creation, which it keeps for its place in the queue."""
     seed_lenders(engine)
     _submit(engine, ("borrower", "x0"))

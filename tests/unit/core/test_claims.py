@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
 from queuemgr.core.verdicts import PendingReason
+from queuemgr.core.victim_rules import REPEAT_VICTIM
 from tests.builders import (
     World,
     lending_cohort,

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from queuemgr.core.model import Cohort, CohortName
-from queuemgr.core.preemption import REPEAT_VICTIM
 from queuemgr.core.reasons import PreemptionReason
+from queuemgr.core.victim_rules import REPEAT_VICTIM
 from tests.builders import (
     World,
     lending_cohort,
@@ -158,7 +158,6 @@ def test_a_peer_loses_its_loans_before_its_due(fair: bool, reason: PreemptionRea
     res = _loans_older_than_dues(fair).run(now=200.0)
     assert {e.reason for e in res.decisions.evicted} == {reason}
     assert {e.victim.workload.name for e in res.decisions.evicted} == {"L2", "L3"}
-
 
 
 def test_a_loan_preempted_three_times_goes_after_a_run_the_peer_is_due() -> None:
