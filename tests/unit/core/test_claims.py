@@ -172,6 +172,44 @@ def test_a_workload_preempted_three_times_is_not_lent_quota_again(
 
 
 @pytest.mark.parametrize(
+    ("evictions", "reserved"),
+    [
+        pytest.param(REPEAT_VICTIM - 1, True, id="preempted-twice-reserves-a-loan"),
+        pytest.param(REPEAT_VICTIM, False, id="preempted-three-times-reserves-no-loan"),
+    ],
+)
+def test_a_workload_preempted_three_times_plans_no_loan_it_could_not_take(
+    evictions: int, reserved: bool
+) -> None:
+    # b runs its nominal 8; a runs its own nominal 8 until t=100, so nothing is lent and
+    # nothing may be reclaimed or taken by fair sharing. b's job could only borrow a's 8
+    # once a's run ends: a reservation for that is one it could never use if it may not
+    # borrow, and it would hold back everyone else's backfill for nothing.
+    world = World().cq(
+        make_cq("a").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
+        make_cq("b").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
+    )
+    world.node(make_nodes("n", 2))
+    world.policy = SchedulerPolicy(reservation_depth=1)
+    mine = make_workload("mine").ns("a").gpus(8).max_runtime(100.0).build()
+    world.running(make_admitted(mine, "a", "default", {"n-1": 1}))
+    held = make_workload("held").ns("b").gpus(8).max_runtime(1000.0).build()
+    world.running(make_admitted(held, "b", "default", {"n-0": 1}))
+    again = make_workload("again").ns("b").gpus(8).max_runtime(50.0).at(1.0).build()
+    world.submit(dataclasses.replace(again, evictions=evictions))
+    res = world.run(now=10.0)
+    assert res.admitted_ids() == set()
+    assert res.decisions.evicted == ()
+    assert bool(res.decisions.reservations) is reserved
+    if reserved:
+        assert res.reason("b/again") is PendingReason.COHORT_EXHAUSTED
+        assert res.status("b/again").eta == 100.0
+    else:
+        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+        assert "borrows no more" in res.message("b/again")
+
+
+@pytest.mark.parametrize(
     ("evictions", "takes"),
     [
         pytest.param(REPEAT_VICTIM - 1, True, id="preempted-twice-may-take-a-loan"),
