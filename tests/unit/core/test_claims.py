@@ -171,12 +171,19 @@ def test_a_workload_preempted_three_times_is_not_lent_quota_again(
         assert "borrows no more" in res.message("b/again")
 
 
+def _twice_then_three_times(twice: str, three_times: str) -> list[object]:
+    """(evictions, whether it may still borrow): one short of REPEAT_VICTIM, then at it."""
+    return [
+        pytest.param(REPEAT_VICTIM - 1, True, id=twice),
+        pytest.param(REPEAT_VICTIM, False, id=three_times),
+    ]
+
+
 @pytest.mark.parametrize(
     ("evictions", "reserved"),
-    [
-        pytest.param(REPEAT_VICTIM - 1, True, id="preempted-twice-reserves-a-loan"),
-        pytest.param(REPEAT_VICTIM, False, id="preempted-three-times-reserves-no-loan"),
-    ],
+    _twice_then_three_times(
+        "preempted-twice-reserves-a-loan", "preempted-three-times-reserves-no-loan"
+    ),
 )
 def test_a_workload_preempted_three_times_plans_no_loan_it_could_not_take(
     evictions: int, reserved: bool
@@ -211,10 +218,9 @@ def test_a_workload_preempted_three_times_plans_no_loan_it_could_not_take(
 
 @pytest.mark.parametrize(
     ("evictions", "takes"),
-    [
-        pytest.param(REPEAT_VICTIM - 1, True, id="preempted-twice-may-take-a-loan"),
-        pytest.param(REPEAT_VICTIM, False, id="preempted-three-times-evicts-nobody"),
-    ],
+    _twice_then_three_times(
+        "preempted-twice-may-take-a-loan", "preempted-three-times-evicts-nobody"
+    ),
 )
 def test_a_workload_preempted_three_times_does_not_borrow_by_fair_sharing(
     evictions: int, takes: bool
