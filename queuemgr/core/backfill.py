@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 
+from queuemgr.core.eta import Etas
 from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
@@ -52,7 +53,7 @@ class Backfill:
         self.planner = Planner(snapshot)
         self.guards: list[Guard] = []
         self.reservations: dict[WorkloadId, Reservation] = {}
-        self._etas: dict[tuple[ClusterQueueName, ShapeId], float | None] = {}
+        self._etas: tuple[tuple[int, int, int], Etas] | None = None
         self._held_back: dict[HeldKey, tuple[tuple[int, int], Verdict]] = {}
         self._largest = 0  # reservations made before the cycle admitted anything
 
@@ -192,20 +193,15 @@ class Backfill:
     ) -> float | None:
         """When the running workloads' declared ends first leave room for ``w``'s shape.
 
-        Asked lazily, once per queue and shape, when someone reads a status.
+        Asked lazily, when someone reads a status; each side of the answer is worked
+        out once per cycle where it is shared (core.eta).
         """
-        key = (cq_name, w.shape)
-        if key not in self._etas:
+        # A cycle only appends to its admissions and evictions: their counts tell.
+        key = (id(admitted), len(admitted), len(evictions))
+        if self._etas is None or self._etas[0] != key:
             evicted = {e.victim.workload.id: e.victim for e in evictions}
-            plan = self.planner.reserve(
-                self.snapshot.config.cluster_queues[cq_name],
-                w,
-                admitted_now=admitted,
-                evicted=evicted,
-                now=self.now,
-            )
-            self._etas[key] = plan.start
-        return self._etas[key]
+            self._etas = (key, Etas(self.planner, self.snapshot, admitted, evicted, self.now))
+        return self._etas[1].start(self.snapshot.config.cluster_queues[cq_name], w)
 
 
 def largest_pending(
