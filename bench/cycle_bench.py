@@ -9,9 +9,16 @@ and growth is shown as ratios against the base case of the same run.
 The workload mix: 70 % 1-GPU jobs, 30 % gangs of 8 to 64 GPUs (1 to 8 pods of
 8 GPUs); nodes have 8 GPUs; the cluster starts half full; ClusterQueues come
 in cohorts of 10 with equal nominal quotas summing to the cluster's capacity.
+With ``--runtimes`` the running workloads declare a max_runtime (1 h to 3 d), so
+every ETA walks a timeline of releases; without, every end is unknown.
+
+The main figure is a cycle whose every pending workload's status (reason,
+positions, ETA) is then read, as the service writes them; the lazy cycle, whose
+statuses are built only when asked, is beside it.
 
     python bench/cycle_bench.py            # the three sizes and the growth table
     python bench/cycle_bench.py --quick    # smaller repeat counts
+    python bench/cycle_bench.py --runtimes # running workloads declare their ends
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from queuemgr.core.resources import CPU, GPU, MEMORY
 
 GIB = 2**30
 FLAVOR = FlavorName("h100")
+LIMITS = (3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0)  # --runtimes: the running ones' limits
 
 
 def _shape(rng: random.Random) -> tuple[int, int]:
@@ -70,7 +78,9 @@ def _workload(rng: random.Random, i: int, ns: str, created: float) -> Workload:
     )
 
 
-def make_snapshot(pending: int, queues: int, nodes: int, seed: int = 1) -> Snapshot:
+def make_snapshot(
+    pending: int, queues: int, nodes: int, seed: int = 1, runtimes: bool = False
+) -> Snapshot:
     rng = random.Random(seed)
     node_objs = [
         Node(
@@ -114,6 +124,7 @@ def make_snapshot(pending: int, queues: int, nodes: int, seed: int = 1) -> Snaps
         q = i % queues
         w = Workload(
             namespace=f"ns-{q:04d}", name=f"run{i}", queue="default", created_at=-1.0,
+            max_runtime=rng.choice(LIMITS) if runtimes else None,
             pod_sets=(PodSet(name="main", count=1,
                              requests={GPU: take, CPU: 8000 * take, MEMORY: 64 * GIB * take}),),
         )
@@ -132,7 +143,7 @@ def make_snapshot(pending: int, queues: int, nodes: int, seed: int = 1) -> Snaps
 
 
 def time_cycle(snap: Snapshot, repeat: int) -> tuple[float, float, float, int]:
-    """(best wall, median wall, best CPU) seconds and the admissions of one cycle.
+    """(best wall, median wall, best CPU) seconds and the admissions of one lazy cycle.
 
     CPU time of this process is the steadier figure on a shared machine.
     """
@@ -148,9 +159,25 @@ def time_cycle(snap: Snapshot, repeat: int) -> tuple[float, float, float, int]:
     return min(walls), statistics.median(walls), min(cpus), admitted
 
 
+def time_statuses(snap: Snapshot, repeat: int) -> tuple[float, float, int]:
+    """(best, median) CPU seconds of a cycle whose every status is read; how many have an ETA."""
+    cpus = []
+    with_eta = 0
+    for _ in range(repeat):
+        c0 = time.process_time()
+        decisions = schedule(snap, 0.0)
+        statuses = [decisions.pending[wid] for wid in decisions.pending]
+        cpus.append(time.process_time() - c0)
+        with_eta = sum(1 for s in statuses if s.eta is not None)
+    return min(cpus), statistics.median(cpus), with_eta
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--runtimes", action="store_true", help="running workloads declare a max_runtime"
+    )
     args = parser.parse_args()
     reps = 2 if args.quick else 5
     cases = [
@@ -161,17 +188,19 @@ def main() -> None:
         ("middle, 10x queues", 10_000, 1_000, 1_000, reps),
         ("middle, 10x nodes", 10_000, 100, 10_000, reps),
     ]
-    print(f"{'case':<22}{'pending':>9}{'CQs':>6}{'nodes':>7}{'wall best ms':>14}"
-          f"{'wall median ms':>16}{'CPU best ms':>13}{'admitted':>10}{'x middle':>10}")
+    print(f"{'case':<22}{'pending':>9}{'CQs':>6}{'nodes':>7}{'statuses CPU ms':>17}"
+          f"{'median':>9}{'with ETA':>10}{'lazy CPU ms':>13}{'lazy wall':>11}"
+          f"{'admitted':>10}{'x middle':>10}")
     base = None
     for label, p, q, n, r in cases:
-        snap = make_snapshot(p, q, n)
-        best, median, cpu, admitted = time_cycle(snap, r)
+        snap = make_snapshot(p, q, n, runtimes=args.runtimes)
+        best, _median, cpu, admitted = time_cycle(snap, r)
+        full, full_median, with_eta = time_statuses(snap, r)
         if label == "middle":
-            base = cpu
-        ratio = f"{cpu / base:.1f}" if base else "-"
-        print(f"{label:<22}{p:>9}{q:>6}{n:>7}{best * 1000:>14.1f}{median * 1000:>16.1f}"
-              f"{cpu * 1000:>13.1f}{admitted:>10}{ratio:>10}")
+            base = full
+        ratio = f"{full / base:.1f}" if base else "-"
+        print(f"{label:<22}{p:>9}{q:>6}{n:>7}{full * 1000:>17.1f}{full_median * 1000:>9.1f}"
+              f"{with_eta:>10}{cpu * 1000:>13.1f}{best * 1000:>11.1f}{admitted:>10}{ratio:>10}")
 
 
 if __name__ == "__main__":
