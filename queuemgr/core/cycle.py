@@ -75,7 +75,7 @@ from queuemgr.core.reasons import (
 )
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
-from queuemgr.core.victim_rules import REPEAT_VICTIM, preempts_within
+from queuemgr.core.victim_rules import preempts_within
 
 # Reasons for which waiting for capacity to free up is what a reservation plans.
 _RESERVABLE = frozenset(
@@ -301,7 +301,7 @@ class Cycle(Admitter):
             self.snapshot,
             config.cluster_queues,
             strict_heads,
-            self._cannot_take_a_slot,
+            lambda cq, w: self._inadmissible(cq, w) is not None,
             self.snapshot.policy.largest_reservations,
         )
         for cq, w in picked:
@@ -322,15 +322,6 @@ class Cycle(Admitter):
                 self.verdicts[w.id] = self.backfill.reserve_largest(
                     cq, w, verdict, self.planned, self.evictions
                 )
-
-    def _cannot_take_a_slot(self, cq: ClusterQueue, w: Workload) -> bool:
-        """Whether ``w`` could use none of what being the largest gives: never admissible,
-        or preempted so often that it may take no loan and a loan is all that would let
-        it in now. Its reservation would plan a loan it could not take, and hold no
-        capacity for the gang that comes next in size, which then gets none."""
-        if self._inadmissible(cq, w) is not None:
-            return True
-        return w.evictions >= REPEAT_VICTIM and self._lent_too_often(cq, w) is not None
 
     def _eta(self, w: Workload, cq_name: ClusterQueueName) -> float | None:
         return self.backfill.eta(w, cq_name, self.planned, self.evictions)

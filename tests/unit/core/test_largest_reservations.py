@@ -22,7 +22,6 @@ from queuemgr.core.policy import PreemptorAdmission, SchedulerPolicy
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason
-from queuemgr.core.victim_rules import REPEAT_VICTIM
 from queuemgr.spec.checks import ScenarioError
 from queuemgr.spec.knobs import parse_policy
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
@@ -118,26 +117,6 @@ def test_which_workload_is_the_largest(extra: object, reserved: str) -> None:
     world.policy = SchedulerPolicy(reservation_depth=0, largest_reservations=1)
     res = world.run(now=10.0)
     assert [r.workload for r in res.decisions.reservations] == [reserved]
-
-
-def test_a_largest_that_may_take_no_loan_leaves_the_slot_to_the_next() -> None:
-    # a (nominal 16) holds 4 until t=100. Its 16-GPU gang, preempted 3 times, would have
-    # to borrow 4 now and may not (its nominal could hold it). b's 16-GPU gang, as large
-    # and later in queue order, may borrow: the largest-first reservation is b's.
-    world = World().cq(
-        make_cq("a").cohort("c").nominal(gpu=16, cpu="192"),
-        make_cq("b").cohort("c").nominal(gpu=8, cpu="192"),
-    )
-    world.node(make_nodes("n", 2))
-    run = make_workload("run").ns("a").gpus(4).max_runtime(100.0).at(-1.0).build()
-    world.running(make_admitted(run, "a", "default", {"n-0": 1}, at=0.0))
-    again = make_workload("again").ns("a").gang(2).gpus(8).max_runtime(50.0).at(0.5).build()
-    world.submit(dataclasses.replace(again, evictions=REPEAT_VICTIM))
-    world.submit(make_workload("other").ns("b").gang(2).gpus(8).max_runtime(50.0).at(1.0))
-    world.policy = SchedulerPolicy(reservation_depth=0, largest_reservations=1)
-    res = world.run(now=10.0)
-    assert [(r.workload, r.start) for r in res.decisions.reservations] == [("b/other", 100.0)]
-    assert res.reason("a/again") is PendingReason.NOMINAL_DEMAND_WAITING
 
 
 @pytest.mark.parametrize(
