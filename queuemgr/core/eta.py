@@ -105,12 +105,8 @@ class Etas:
         if self._ledger is None:
             # The usage once this cycle's admissions and evictions are counted. A watch
             # reads the ledger only when it is made, so one ledger serves every pair.
-            self._ledger = QuotaLedger(topology, self._snapshot.usage)
-            for a in self._admitted_now:
-                self._ledger.add(a.admission.cluster_queue, a.admission.flavor, a.held)
-            for a in self._evicted.values():
-                held = {r: -v for r, v in a.held.items()}
-                self._ledger.add(a.admission.cluster_queue, a.admission.flavor, held)
+            state = self._planner.state(self._admitted_now, self._evicted.values(), ())
+            self._ledger = state.ledger
         watch = self._ledger.watch(cq, flavor, w)
         found: int | None = None
         if watch.covered:
