@@ -7,15 +7,15 @@ neither block a StrictFIFO queue nor get a reservation. The cycle (core.cycle)
 asks; this module answers from the configuration alone.
 
 What must stay true: the answer depends only on the configuration and the
-workload's shape (so it is memoised per ClusterQueue and shape on the
-configuration; with a ``borrowing_max_runtime``, also on whether it may borrow); a
+workload's shape and why it may not borrow, if it may not (``ClusterQueue.no_loan``;
+so it is memoised per ClusterQueue, shape and that reason on the configuration); a
 partial workload is inadmissible only if its smallest form
 is; every message names the flavor and the numbers.
 """
 
 from __future__ import annotations
 
-from queuemgr.core.model import ClusterQueue, Workload
+from queuemgr.core.model import REPEAT_VICTIM, ClusterQueue, NoLoan, Workload
 from queuemgr.core.partial import smallest
 from queuemgr.core.placement import fits_empty
 from queuemgr.core.snapshot import Config
@@ -25,36 +25,40 @@ from queuemgr.core.verdicts import PendingReason, Verdict
 def inadmissible(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:
     """A verdict when no flavor could ever take ``w``, however idle the cluster."""
     memo = config.never_fits
-    key: tuple[object, ...] = (cq.name, w.shape)
-    if cq.borrowing_max_runtime is not None:  # its declared runtime decides if it may borrow
-        key = (cq.name, w.shape, cq.may_borrow(w))
+    # Its declared runtime, or how often it was preempted, decides if it may borrow.
+    key: tuple[object, ...] = (cq.name, w.shape, cq.no_loan(w))
     if key not in memo:
         # A partial workload can never fit only if its smallest form cannot.
         memo[key] = _never_fits(config, cq, smallest(w) or w)
     return memo[key]
 
 
+def _kept_in(cq: ClusterQueue, kept: NoLoan) -> str:
+    """Why a workload may use only its nominal quota, in words."""
+    if kept is NoLoan.REPEAT_VICTIM:
+        return f"preempted {REPEAT_VICTIM} times, it borrows no more"
+    return (
+        "it may borrow only if it declares a max_runtime of at most "
+        f"{cq.borrowing_max_runtime or 0:g} s"
+    )
+
+
 def _never_fits(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None:
     topo = config.quota_topology
     nodes = config.node_topology
     why: list[str] = []
-    borrows = cq.may_borrow(w)
+    kept = cq.no_loan(w)
     for fq in cq.flavors:
         over = [
             (r, v, most)
             for r, v in sorted(w.total_requests.items())
-            if v > (most := topo.max_usage(cq.name, fq.flavor, r, borrows=borrows))
+            if v > (most := topo.max_usage(cq.name, fq.flavor, r, borrows=kept is None))
         ]
         if over:
             r, v, most = over[0]
             why.append(
                 f"{fq.flavor}: needs {v} {r}, quota allows at most {most}"
-                + (
-                    ""
-                    if borrows
-                    else f" (its nominal quota: it may borrow only if it declares a "
-                    f"max_runtime of at most {cq.borrowing_max_runtime:g} s)"
-                )
+                + ("" if kept is None else f" (its nominal quota: {_kept_in(cq, kept)})")
             )
         elif not fits_empty(nodes, fq.flavor, w.shape, w.pod_sets):
             why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")

@@ -31,6 +31,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     CohortName,
     FlavorName,
+    NoLoan,
     PodSetPlacement,
     ShapeId,
     WithinClusterQueue,
@@ -50,28 +51,30 @@ from queuemgr.core.reasons import (
 from queuemgr.core.resources import Resources
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
-from queuemgr.core.victim_rules import REPEAT_VICTIM, may_preempt
+from queuemgr.core.victim_rules import may_preempt
 
 
 def per_workload(cq: ClusterQueue, w: Workload, verdict: Verdict) -> bool:
     """Whether ``verdict`` holds for ``w`` alone, not for its shape in ``cq``: a refusal
-    that only ``cq``'s borrowing_max_runtime explains, since one of the same shape
-    declaring a shorter runtime may borrow."""
-    return (
-        verdict.reason in _NOT_BORROWING_REASONS
-        and cq.borrowing_max_runtime is not None
-        and not cq.may_borrow(w)
-    )
+    that only ``w``'s being kept to its nominal quota explains (``ClusterQueue.no_loan``),
+    since one of the same shape declaring a shorter runtime, or preempted less often,
+    may borrow."""
+    return verdict.reason in _NOT_BORROWING_REASONS and not cq.may_borrow(w)
 
 
 _NOT_BORROWING_REASONS = frozenset(
-    {PendingReason.BORROWING_RUNTIME_LIMIT, PendingReason.INADMISSIBLE}
+    {
+        PendingReason.BORROWING_RUNTIME_LIMIT,
+        PendingReason.PREEMPTED_TOO_OFTEN,
+        PendingReason.INADMISSIBLE,
+    }
 )
 
 # The pending reason of a quota refusal; any other refusal is QuotaExceeded.
 _QUOTA_REASONS = {
     QuotaVerdict.COHORT_EXHAUSTED: PendingReason.COHORT_EXHAUSTED,
     QuotaVerdict.BORROWING_RUNTIME: PendingReason.BORROWING_RUNTIME_LIMIT,
+    QuotaVerdict.REPEAT_VICTIM: PendingReason.PREEMPTED_TOO_OFTEN,
 }
 
 
@@ -81,24 +84,6 @@ class Stale:
 
 STALE = Stale()
 NOT_PREEMPTED = Stale()  # a distinct sentinel: preemption found no way in
-
-
-TAKEN_BACK_TOO_OFTEN = Verdict(
-    reason=PendingReason.NOMINAL_DEMAND_WAITING,
-    detail=(
-        f"preempted {REPEAT_VICTIM} times, it borrows no more: it waits for its "
-        "ClusterQueue's nominal quota"
-    ),
-)
-
-
-def _nominal_holds(cq: ClusterQueue, w: Workload, flavor: FlavorName) -> bool:
-    """Whether ``cq``'s nominal quota on ``flavor`` could ever hold all of ``w``."""
-    quota = cq.quota(flavor)
-    if quota is None:
-        return False
-    nominal = quota.nominal
-    return all(v <= nominal[r] for r, v in w.total_requests.items() if r in nominal)
 
 
 class Admitter:
@@ -126,9 +111,9 @@ class Admitter:
         # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}
         self._memo: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
-        # The same per shape, for the workloads that their queue's borrowing_max_runtime
-        # keeps from borrowing (per_workload): the others of the shape are still tried.
-        self._no_loan: dict[tuple[ClusterQueueName, ShapeId], Verdict] = {}
+        # The same per shape and reason, for the workloads kept from borrowing
+        # (per_workload, ClusterQueue.no_loan): the others of the shape are still tried.
+        self._no_loan: dict[tuple[ClusterQueueName, ShapeId, NoLoan], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
         self._fair_cohorts = frozenset(c.name for c in config.cohorts.values() if c.fair_sharing)
@@ -153,10 +138,6 @@ class Admitter:
         ``STALE`` means the nomination no longer holds (a cohort peer took
         the pool since): the caller nominates again and requeues the head.
         """
-        if w.evictions >= REPEAT_VICTIM:
-            refused = self._lent_too_often(cq, w)
-            if refused is not None:
-                return refused
         # Quota checks made at nomination still hold if nothing was admitted since.
         known = nomination.checks if nomination.version == self.ledger.version else {}
         first_quota: tuple[FlavorName, QuotaCheck] | None = None
@@ -219,7 +200,11 @@ class Admitter:
             )
         if not per_workload(cq, w, verdict):
             self._memo[(cq.name, w.shape)] = verdict
-        if verdict.reason is not PendingReason.INADMISSIBLE and may_preempt(cq, self._fair_cohorts):
+        if (
+            verdict.reason is not PendingReason.INADMISSIBLE
+            and may_preempt(cq, self._fair_cohorts)
+            and not self._beyond_any_victim(cq, w)
+        ):
             outcome = self._preempt(cq, w)
             if outcome is not NOT_PREEMPTED:
                 return outcome  # admitted (None), or waiting for its victims to stop
@@ -253,10 +238,6 @@ class Admitter:
             self.preemptor.undo(found)
             self.backfill.remember(key, self.ledger.version, refused)
             return refused
-        lent = found.borrowing and w.evictions >= REPEAT_VICTIM
-        if lent and _nominal_holds(cq, w, found.flavor):
-            self.preemptor.undo(found)  # fair sharing would lend it quota a fourth time
-            return TAKEN_BACK_TOO_OFTEN
         found = replace(found, placements=placements)
         self.evictions.extend(found.evictions)
         self.log.extend(found.evictions)
@@ -306,38 +287,20 @@ class Admitter:
             return found.placements, None
         return found.placements, refused
 
-    def _lent_too_often(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
-        """Why ``w``, preempted ``REPEAT_VICTIM`` times, may not take the quota it fits.
+    def _beyond_any_victim(self, cq: ClusterQueue, w: Workload) -> bool:
+        """Whether no set of victims could let ``w`` in, so no search is made.
 
-        A loan can be reclaimed at any time, and a workload taken that often that
-        borrows again is the likeliest to be taken once more: victims of that count go
-        last, not never. It waits for its own queue's nominal quota instead, unless
-        that quota could never hold it: then borrowing is its only way in. Refused here,
-        it is refused whether or not victims could be found, so no search is made and
-        no reservation planned for a loan it could not take.
+        A workload kept to its nominal quota (``ClusterQueue.no_loan``) that fits no
+        flavor's nominal quota now, in a queue that may not preempt its own runs: taking
+        other queues' runs leaves its queue's usage as it is, so it would still not fit.
+        On the Philly replay such searches, for workloads preempted 3 times, were 84 %
+        of a busy cycle's time. A partial workload is searched for: fewer pods may fit.
         """
-        only_lent = w.partial_pod_set is None
-        for fq in cq.flavors:
-            check = self.ledger.check_for(cq, fq.flavor, w)
-            if check.fits:  # the flavor this try would take
-                lent = check.borrowing and _nominal_holds(cq, w, fq.flavor)
-                return TAKEN_BACK_TOO_OFTEN if lent else None
-            if self.preemptor.within_nominal(cq, w, fq.flavor) or not _nominal_holds(
-                cq, w, fq.flavor
-            ):
-                only_lent = False
-        # It fits nowhere now. Taking other queues' runs leaves its own queue's usage as it
-        # is, so unless runs of its own queue may go, any victims found would let it in
-        # only as a borrower, and it would be refused then: no search is made (on the
-        # Philly replay such searches were 84 % of a busy cycle's time), and it plans no
-        # reservation as a borrower, one it could not use when the time came.
-        if (
-            only_lent
-            and cq.preemption.within_cluster_queue is WithinClusterQueue.NEVER
-            and self._inadmissible(cq, w) is None
-        ):
-            return TAKEN_BACK_TOO_OFTEN
-        return None
+        if cq.may_borrow(w) or w.partial_pod_set is not None:
+            return False
+        if cq.preemption.within_cluster_queue is not WithinClusterQueue.NEVER:
+            return False
+        return not any(self.preemptor.within_nominal(cq, w, fq.flavor) for fq in cq.flavors)
 
     def _inadmissible(self, cq: ClusterQueue, w: Workload) -> Verdict | None:
         return inadmissible(self.snapshot.config, cq, w)

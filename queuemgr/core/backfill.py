@@ -248,9 +248,9 @@ def largest_pending(
         run, cq = runs[i], cluster_queues[names[i]]
         if not never_fits(cq, run[pos]):
             out.append((cq, run[pos]))
-        elif cq.borrowing_max_runtime is None:
+        elif cq.may_borrow(run[pos]):
             continue  # nor will the rest of its run: the same shape in the same queue
-        # (else one of its shape declaring a shorter runtime may borrow, and so fit)
+        # (else one of its shape that may borrow, by its runtime or past, may fit)
         if pos + 1 < len(run):
             nxt = run[pos + 1]
             heapq.heappush(heap, (-nxt.gpus, nxt.order_key, i, pos + 1))

@@ -84,6 +84,7 @@ _RESERVABLE = frozenset(
         PendingReason.QUOTA_EXCEEDED,
         PendingReason.COHORT_EXHAUSTED,
         PendingReason.BORROWING_RUNTIME_LIMIT,
+        PendingReason.PREEMPTED_TOO_OFTEN,
     }
 )
 # Verdicts that speak of this one workload, not of its shape in its queue: the
@@ -207,8 +208,9 @@ class Cycle(Admitter):
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
             verdict: Verdict | Stale | None
-            refused = self._no_loan.get((name, w.shape))
-            if refused is not None and not cq.may_borrow(w):
+            why = cq.no_loan(w)
+            refused = self._no_loan.get((name, w.shape, why)) if why is not None else None
+            if refused is not None:
                 # Usage only grows within a cycle: it is refused as the last one was.
                 self.verdicts[w.id] = refused
                 cur.advance()
@@ -234,7 +236,8 @@ class Cycle(Admitter):
             else:
                 alone = per_workload(cq, w, verdict)
                 if alone:
-                    self._no_loan[(name, w.shape)] = verdict
+                    assert why is not None  # per_workload: only a workload kept from loans
+                    self._no_loan[(name, w.shape, why)] = verdict
                 if key[0] in (NOMINAL, NO_QUOTA) and verdict.reason in _RESERVABLE:
                     self._note_waiting(cq, w)
                 if verdict.reason is not PendingReason.INADMISSIBLE:

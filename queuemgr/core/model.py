@@ -44,6 +44,21 @@ class ReclaimWithinCohort(enum.Enum):
     ANY = "Any"
 
 
+# Preempted this often, a workload borrows no more (ClusterQueue.no_loan), becomes a
+# victim of last resort (core.preemption), and no victim of fair sharing at all
+# (core.victim_rules): a run taken again and again delivers nothing.
+REPEAT_VICTIM = 3
+
+
+class NoLoan(enum.Enum):
+    """Why a workload may use only its ClusterQueue's nominal quota."""
+
+    # It declares a max_runtime beyond the queue's borrowing_max_runtime, or none.
+    RUNTIME = "runtime"
+    # It was preempted REPEAT_VICTIM times, and the queue's nominal quota can hold it.
+    REPEAT_VICTIM = "repeat victim"
+
+
 class Ordering(enum.Enum):
     """How a queue orders its pending workloads (docs/scheduling.md, usage-aware fair share)."""
 
@@ -167,10 +182,36 @@ class ClusterQueue:
     def admits_namespace(self, namespace: str) -> bool:
         return self.namespaces is None or namespace in self.namespaces
 
-    def may_borrow(self, w: Workload) -> bool:
-        """Whether ``w`` may go beyond this queue's nominal quota (borrowing_max_runtime)."""
+    def no_loan(self, w: Workload) -> NoLoan | None:
+        """Why ``w`` may not go beyond this queue's nominal quota, or None if it may.
+
+        The one rule for every path that asks (quota checks, the victim search,
+        reservations, ETAs), so a workload is never planned a loan it could not take.
+        A repeat victim borrows no more: a loan can be reclaimed at any time, and the
+        workload taken most often is the likeliest to be taken again. It waits for its
+        own queue's nominal quota instead, unless no flavor's nominal quota could ever
+        hold it: then borrowing is its only way in.
+        """
         limit = self.borrowing_max_runtime
-        return limit is None or (w.max_runtime is not None and w.max_runtime <= limit)
+        if limit is not None and (w.max_runtime is None or w.max_runtime > limit):
+            return NoLoan.RUNTIME
+        if w.evictions >= REPEAT_VICTIM and self.nominal_holds(w):
+            return NoLoan.REPEAT_VICTIM
+        return None
+
+    def may_borrow(self, w: Workload) -> bool:
+        """Whether ``w`` may go beyond this queue's nominal quota (``no_loan``)."""
+        return self.no_loan(w) is None
+
+    def nominal_holds(self, w: Workload, flavor: FlavorName | None = None) -> bool:
+        """Whether the nominal quota on ``flavor`` (on any flavor, if None) could hold
+        all of ``w``: every requested resource listed, and no more than listed."""
+        request = w.total_requests
+        return any(
+            all(r in fq.nominal and v <= fq.nominal[r] for r, v in request.items() if v > 0)
+            for fq in self.flavors
+            if flavor is None or fq.flavor == flavor
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -86,8 +86,7 @@ class Nominator:
             memo_key = (cq.name, w.shape)
             if cq.name in self.usage_across:
                 memo_key = (cq.name, w.shape, w.namespace, w.queue)
-            if cq.borrowing_max_runtime is not None:  # its runtime decides if it may borrow
-                memo_key = (*memo_key, cq.may_borrow(w))
+            memo_key = (*memo_key, cq.may_borrow(w))  # its runtime or past may keep it in
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] == self.ledger.version:
                 _, cls, share, nomination = hit

@@ -24,7 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName, Workload
+from queuemgr.core.model import (
+    REPEAT_VICTIM,
+    ClusterQueue,
+    ClusterQueueName,
+    CohortName,
+    FlavorName,
+    NoLoan,
+    Workload,
+)
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
 
 _NO_CAP = 1 << 62
@@ -40,6 +48,8 @@ class QuotaVerdict(enum.Enum):
     NOT_COVERED = "NotCovered"  # the flavor lists no quota for a requested resource
     # It would have to borrow, and its queue lends only to shorter declared runtimes.
     BORROWING_RUNTIME = "BorrowingRuntimeLimit"
+    # It would have to borrow, and it was preempted too often to borrow again.
+    REPEAT_VICTIM = "PreemptedTooOften"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +77,14 @@ class QuotaCheck:
                 f"queue's nominal quota, and the queue borrows only for workloads that "
                 f"declare a max_runtime of at most {self.runtime_limit:g} s"
             )
+        if self.verdict is QuotaVerdict.REPEAT_VICTIM:
+            free = max(0, self.nominal - self.usage)
+            return (
+                f"preempted {REPEAT_VICTIM} times, it borrows no more: it waits for its "
+                f"queue's nominal quota (needs {format_quantity(r, self.requested)} {r} "
+                f"on {flavor}, {format_quantity(r, free)} free of "
+                f"{format_quantity(r, self.nominal)})"
+            )
 
         def q(v: int) -> str:
             return format_quantity(r, v)
@@ -78,6 +96,10 @@ class QuotaCheck:
         )
 
 
+_NO_LOAN_VERDICTS = {
+    NoLoan.RUNTIME: QuotaVerdict.BORROWING_RUNTIME,
+    NoLoan.REPEAT_VICTIM: QuotaVerdict.REPEAT_VICTIM,
+}
 _FITS = QuotaCheck(verdict=QuotaVerdict.FITS)
 _FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
 _EMPTY: Mapping[tuple[FlavorName, ResourceName], int] = {}
@@ -224,9 +246,13 @@ class QuotaLedger:
         self, cq: ClusterQueue, flavor: FlavorName, w: Workload, request: Resources | None = None
     ) -> QuotaCheck:
         """``check`` of ``w`` (or its ``request``, a partial admission) in its queue ``cq``."""
-        limit = None if cq.may_borrow(w) else cq.borrowing_max_runtime
+        why = cq.no_loan(w)
         return self.check(
-            cq.name, flavor, w.total_requests if request is None else request, no_borrowing=limit
+            cq.name,
+            flavor,
+            w.total_requests if request is None else request,
+            no_loan=why,
+            runtime_limit=cq.borrowing_max_runtime or 0.0,
         )
 
     def check(
@@ -235,12 +261,14 @@ class QuotaLedger:
         flavor: FlavorName,
         request: Resources,
         *,
-        no_borrowing: float | None = None,
+        no_loan: NoLoan | None = None,
+        runtime_limit: float = 0.0,
     ) -> QuotaCheck:
         """Whether ``request`` fits ``cq``'s quota on ``flavor`` now, and if it borrows.
 
-        ``no_borrowing``, if given, is the queue's borrowing_max_runtime that the
-        workload exceeds: it fits only within the nominal quota.
+        ``no_loan``, if given, is why the workload may not borrow (``ClusterQueue.no_loan``;
+        ``runtime_limit`` is the queue's borrowing_max_runtime, for the words): it fits
+        only within the nominal quota.
         """
         topo = self.topology
         lim = topo.limits.get((cq, flavor))
@@ -268,6 +296,16 @@ class QuotaLedger:
                         nominal=nominal,
                     )
                 continue
+            if u > nominal and no_loan is not None:
+                # Kept to its nominal quota, that is what it waits for, whatever the pool.
+                return QuotaCheck(
+                    verdict=_NO_LOAN_VERDICTS[no_loan],
+                    resource=r,
+                    requested=req,
+                    usage=cur,
+                    nominal=nominal,
+                    runtime_limit=runtime_limit,
+                )
             g = lim.guaranteed[r]
             pool = pool_map.get((flavor, r), 0)
             pool_used = used_map.get((flavor, r), 0)
@@ -288,15 +326,6 @@ class QuotaLedger:
                     cohort_lends=lends,
                 )
             if u > nominal:
-                if no_borrowing is not None:
-                    return QuotaCheck(
-                        verdict=QuotaVerdict.BORROWING_RUNTIME,
-                        resource=r,
-                        requested=req,
-                        usage=cur,
-                        nominal=nominal,
-                        runtime_limit=no_borrowing,
-                    )
                 borrowing = True
         return _FITS_BORROWING if borrowing else _FITS
 

@@ -28,6 +28,9 @@ class PendingReason(enum.Enum):
     # It would have to borrow, and its queue's borrowing_max_runtime is shorter than
     # its declared max_runtime (or it declares none): it waits for nominal room.
     BORROWING_RUNTIME_LIMIT = "BorrowingRuntimeLimit"
+    # It would have to borrow, and it was preempted REPEAT_VICTIM times: it waits for
+    # its ClusterQueue's nominal quota (ClusterQueue.no_loan).
+    PREEMPTED_TOO_OFTEN = "PreemptedTooOften"
 
 
 # The status reason of a preempted workload held out of the queue until its requeue

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from queuemgr.core.model import (
+    REPEAT_VICTIM,
     AdmittedWorkload,
     ClusterQueue,
     CohortName,
@@ -25,9 +26,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.reasons import PreemptionReason
 
-# Preempted this often, a workload becomes a victim of last resort (see core.preemption),
-# and no victim of fair sharing at all (fair_victim).
-REPEAT_VICTIM = 3
+__all__ = ["REPEAT_VICTIM", "fair_victim", "loan_rank", "may_preempt", "preempts_within"]
 
 
 def fair_victim(a: AdmittedWorkload, preemptor: Workload) -> bool:

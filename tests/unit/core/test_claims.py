@@ -167,7 +167,7 @@ def test_a_workload_preempted_three_times_is_not_lent_quota_again(
     res = world.run(now=10.0)
     assert (res.admitted_ids() == {"b/again"}) is borrows
     if not borrows:
-        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+        assert res.reason("b/again") is PendingReason.PREEMPTED_TOO_OFTEN
         assert "borrows no more" in res.message("b/again")
 
 
@@ -180,18 +180,21 @@ def _twice_then_three_times(twice: str, three_times: str) -> list[object]:
 
 
 @pytest.mark.parametrize(
-    ("evictions", "reserved"),
-    _twice_then_three_times(
-        "preempted-twice-reserves-a-loan", "preempted-three-times-reserves-no-loan"
-    ),
+    ("evictions", "eta"),
+    [
+        pytest.param(REPEAT_VICTIM - 1, 100.0, id="preempted-twice-plans-the-loan"),
+        pytest.param(REPEAT_VICTIM, 1000.0, id="preempted-three-times-plans-its-nominal-quota"),
+    ],
 )
-def test_a_workload_preempted_three_times_plans_no_loan_it_could_not_take(
-    evictions: int, reserved: bool
+def test_a_workload_preempted_three_times_is_planned_within_its_nominal_quota(
+    evictions: int, eta: float
 ) -> None:
-    # b runs its nominal 8; a runs its own nominal 8 until t=100, so nothing is lent and
-    # nothing may be reclaimed or taken by fair sharing. b's job could only borrow a's 8
-    # once a's run ends: a reservation for that is one it could never use if it may not
-    # borrow, and it would hold back everyone else's backfill for nothing.
+    # b runs its nominal 8 until t=1000; a runs its own nominal 8 until t=100, so nothing
+    # is lent and nothing may be reclaimed or taken by fair sharing. b's job could borrow
+    # a's 8 at t=100, but a workload preempted 3 times borrows no more: a reservation
+    # for that loan is one it could never use, and it would hold back everyone else's
+    # backfill for nothing. Its reservation is its own queue's quota, at t=1000, which
+    # keeps its queue's later work from taking that quota first.
     world = World().cq(
         make_cq("a").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
         make_cq("b").cohort("c").nominal(gpu=8, cpu="96").preempt(reclaim="Any"),
@@ -207,12 +210,12 @@ def test_a_workload_preempted_three_times_plans_no_loan_it_could_not_take(
     res = world.run(now=10.0)
     assert res.admitted_ids() == set()
     assert res.decisions.evicted == ()
-    assert bool(res.decisions.reservations) is reserved
-    if reserved:
+    assert [r.start for r in res.decisions.reservations] == [eta]
+    assert res.status("b/again").eta == eta
+    if evictions < REPEAT_VICTIM:
         assert res.reason("b/again") is PendingReason.COHORT_EXHAUSTED
-        assert res.status("b/again").eta == 100.0
     else:
-        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+        assert res.reason("b/again") is PendingReason.PREEMPTED_TOO_OFTEN
         assert "borrows no more" in res.message("b/again")
 
 
@@ -238,7 +241,7 @@ def test_a_workload_preempted_three_times_does_not_borrow_by_fair_sharing(
     res = world.run(now=10.0)
     assert bool(res.decisions.evicted) is takes
     if not takes:
-        assert res.reason("b/again") is PendingReason.NOMINAL_DEMAND_WAITING
+        assert res.reason("b/again") is PendingReason.PREEMPTED_TOO_OFTEN
 
 
 @pytest.mark.parametrize(
