@@ -7,7 +7,7 @@ this process and a submitter in a separate process. The submitter submits one
 workload at a time with ``submit_workload`` (its own connection, the same call
 as ``queuemgr submit``), 20 to 60 ms apart, and measures from the moment its
 submit transaction committed to the moment the admission's commit reached it:
-a statement-level trigger in the scratch database NOTIFYs ``bench_admitted``
+a row-level trigger in the scratch database NOTIFYs ``bench_admitted``
 from the admitting UPDATE, and Postgres delivers that only at commit. No
 polling on either side: the loop's safety cycle stays at its default 5 s.
 

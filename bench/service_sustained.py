@@ -1,0 +1,188 @@
+"""Sustained admissions through the real service and Postgres: a paced stream, not a burst.
+
+Why it exists: a burst admitted in one cycle measures one big transaction. A
+cluster in use sees submissions arrive at a steady rate while runs finish, so
+each cycle both frees room and fills it. This script offers ``--rate``
+workloads per second for ``--seconds`` from a separate process, in batches
+every 20 ms (one transaction and one NOTIFY each, as a busy API front end
+would commit them), to the service running in this process (simulated backend,
+100 ClusterQueues in cohorts of 10, 1,000 nodes of 16 GPUs). Runs last 0.5 to
+1.5 s, so admissions and finishes interleave and the cluster never fills: the
+figure is the service's speed, not capacity.
+
+Figures, all read from the database after the run:
+
+- achieved admissions/s: the stream's admissions over the time from its first
+  submission to its last admission;
+- submit → admit latency p50/p99: the admitting UPDATE's clock (a
+  row-level trigger in the scratch database logs it) minus the moment
+  the submitter stamped the workload, just before its batch's transaction;
+  the admission's commit follows within the same cycle, so this reads a few
+  milliseconds short of what a client sees;
+- still pending when the stream ended, and whether the submitter kept its pace
+  (if Postgres or the machine cannot take the offer, the offered rate is not
+  what was asked, and the line says so).
+
+    python bench/service_sustained.py                          # 1000/s and 5000/s, 30 s, 2 rounds
+    python bench/service_sustained.py --rates 2000 --seconds 10 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import yaml
+from servicebench import (
+    PHASES,
+    best_median,
+    bulk_submit,
+    gpu_cluster,
+    gpu_job,
+    install_admission_log,
+    load_average,
+    percentile,
+    scratch_database,
+    server_description,
+    start_service,
+    wait_until,
+)
+
+from queuemgr.store.database import create_engine
+
+QUEUES, NODES, GPUS_PER_NODE, TICK = 100, 1_000, 16, 0.02
+
+
+def paced_submitter(url: str, rate: int, seconds: float, seed: int, out: Any) -> None:
+    """In a child process: every TICK, commit the workloads due by now; send the pace kept."""
+    engine = create_engine(url)
+    rng = random.Random(seed)
+    total = int(rate * seconds)
+    sent = 0
+    start = time.monotonic()
+    while sent < total:
+        due = min(total, int((time.monotonic() - start) * rate) + 1)
+        if due > sent:
+            now = time.time()
+            batch = [
+                gpu_job(
+                    f"ns-{rng.randrange(QUEUES):04d}",
+                    f"s{i}",
+                    gpus=1,
+                    runtime=rng.uniform(0.5, 1.5),
+                    created_at=now,
+                )
+                for i in range(sent, due)
+            ]
+            with engine.begin() as conn:
+                bulk_submit(conn, batch)
+            sent = due
+        time.sleep(max(0.0, start + (sent / rate) - time.monotonic() + TICK / 2))
+    out.put((total, time.monotonic() - start))
+    engine.dispose()
+
+
+_LATENCIES = sa.text("""
+SELECT extract(epoch FROM a.at - w.created_at) AS latency, extract(epoch FROM a.at) AS at
+FROM bench_admissions a JOIN workloads w ON w.id = a.workload_id
+""")
+_FIRST_SUBMIT = sa.text("SELECT extract(epoch FROM min(created_at)) FROM workloads")
+
+
+def one_round(rate: int, seconds: float, seed: int, tmp: Path) -> dict[str, Any]:
+    with scratch_database("sustained") as url:
+        cluster = tmp / "cluster.yaml"
+        cluster.write_text(
+            yaml.safe_dump(gpu_cluster(queues=QUEUES, nodes=NODES, gpus_per_node=GPUS_PER_NODE))
+        )
+        engine = create_engine(url)
+        install_admission_log(engine)
+        service, log = start_service(url, cluster)
+        try:
+            cycles0 = len(log.reports)
+            ctx = mp.get_context("spawn")
+            out = ctx.Queue()
+            child = ctx.Process(target=paced_submitter, args=(url, rate, seconds, seed, out))
+            child.start()
+            total, took = out.get()
+            child.join()
+            pending_at_end = total - log.admitted()
+            wait_until(lambda: log.admitted() >= total, 600, "the stream's admissions", 0.01)
+            cycles = len(log.reports) - cycles0
+            with log.lock:
+                phases = log.phases(cycles0)
+                biggest = max((len(r.admitted) for r in log.reports[cycles0:]), default=0)
+            with engine.connect() as conn:
+                rows = conn.execute(_LATENCIES).all()
+                first = float(conn.execute(_FIRST_SUBMIT).scalar_one())
+        finally:
+            service.stop()
+            engine.dispose()
+    latencies = [float(r.latency) * 1000 for r in rows]
+    last = max(float(r.at) for r in rows)
+    return {
+        "offered": total / took,
+        "achieved": len(rows) / (last - first),
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "max": max(latencies),
+        "pending_at_end": pending_at_end,
+        "cycles": cycles,
+        "biggest": biggest,
+        "phases": phases,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    for name, value in (("--seconds", args.seconds), ("--rounds", args.rounds)):
+        if value <= 0:
+            parser.error(f"{name} {value}: must be positive")
+    for rate in args.rates:
+        if not 1 <= rate <= 100_000:
+            parser.error(f"--rates {rate}: must be 1 to 100000 workloads/s")
+    with tempfile.TemporaryDirectory() as tmp, scratch_database("probe") as probe:
+        print(server_description(probe), f"| load average before: {load_average()}")
+        print(
+            f"{QUEUES} ClusterQueues, {NODES} nodes x {GPUS_PER_NODE} GPUs, "
+            f"1-GPU runs of 0.5-1.5 s, {args.seconds:g} s per round"
+        )
+        print(
+            f"{'asked/s':>8}{'offered/s':>10}{'admitted/s':>11}{'p50 ms':>9}{'p99 ms':>9}"
+            f"{'max ms':>9}{'behind':>8}{'cycles':>8}{'max/cyc':>8}"
+            + "".join(f"{p + ' s':>11}" for p in PHASES)
+            + f"{'load avg':>17}"
+        )
+        for rate in args.rates:
+            achieved, p99s = [], []
+            for r in range(args.rounds):
+                res = one_round(rate, args.seconds, r, Path(tmp))
+                achieved.append(res["achieved"])
+                p99s.append(res["p99"])
+                print(
+                    f"{rate:>8}{res['offered']:>10.0f}{res['achieved']:>11.0f}{res['p50']:>9.1f}"
+                    f"{res['p99']:>9.1f}{res['max']:>9.1f}{res['pending_at_end']:>8}"
+                    f"{res['cycles']:>8}{res['biggest']:>8}"
+                    + "".join(f"{res['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
+                    + f"{load_average():>17}"
+                )
+            best, median = best_median([-x for x in achieved])
+            b99, m99 = best_median(p99s)
+            print(
+                f"{rate}/s asked: admitted/s best {-best:.0f}, median {-median:.0f}; "
+                f"p99 best {b99:.1f} ms, median {m99:.1f} ms"
+            )
+
+
+if __name__ == "__main__":
+    main()
