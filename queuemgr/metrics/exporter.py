@@ -202,9 +202,9 @@ class SchedulerMetrics(MetricFamilies):
                 largest.maximum(v, flavor, res)
 
     # -- events between cycles -----------------------------------------------
-    def observe_finished(self, result: str) -> None:
-        """A workload finished; ``result`` is one of :data:`FINISH_RESULTS`, else ``Other``."""
-        self.finished_total.labels(result=bounded(result, FINISH_RESULTS)).inc()
+    def observe_finished(self, result: str, count: int = 1) -> None:
+        """``count`` workloads finished; ``result`` is one of :data:`FINISH_RESULTS`, else Other."""
+        self.finished_total.labels(result=bounded(result, FINISH_RESULTS)).inc(count)
 
     def observe_eviction(self, reason: str, preemptor_cq: str | None = None) -> None:
         """A workload was evicted, for one of :data:`EVICTION_REASONS`.

@@ -175,6 +175,7 @@ def test_series_of_a_queue_that_is_gone_are_removed() -> None:
 def test_event_labels_fall_into_bounded_code_lists() -> None:
     m = SchedulerMetrics()
     m.observe_finished("Succeeded")
+    m.observe_finished("Succeeded", 3)  # a cycle's finishes, counted at once
     m.observe_finished("team-a/job-17 crashed")  # free text must not become a label
     m.observe_eviction("PodsReadyTimeout")
     m.observe_eviction("InCohortReclamation", preemptor_cq="team-b")
@@ -182,6 +183,7 @@ def test_event_labels_fall_into_bounded_code_lists() -> None:
     m.set_leader("replica-0", True)
     m.set_leader("replica-1", False)
     assert value(m, "queuemgr_finished_workloads_total", result="Other") == 1
+    assert value(m, "queuemgr_finished_workloads_total", result="Succeeded") == 4
     assert value(m, "queuemgr_evicted_workloads_total", reason="PodsReadyTimeout") == 1
     assert value(m, "queuemgr_evicted_workloads_total", reason="Preempted") == 1
     preempted = {"preemptor_cluster_queue": "team-b", "reason": "InCohortReclamation"}
