@@ -145,9 +145,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    for name, value in (("--seconds", args.seconds), ("--rounds", args.rounds)):
-        if value <= 0:
-            parser.error(f"{name} {value}: must be positive")
+    # Bounded, and written so that NaN fails too: a round holds rate x seconds rows.
+    for name, value, most in (("--seconds", args.seconds, 600), ("--rounds", args.rounds, 20)):
+        if not 0 < value <= most:
+            parser.error(f"{name} {value}: must be more than 0 and at most {most}")
     for rate in args.rates:
         if not 1 <= rate <= 100_000:
             parser.error(f"--rates {rate}: must be 1 to 100000 workloads/s")
