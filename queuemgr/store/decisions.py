@@ -24,6 +24,7 @@ from queuemgr.core.model import Admission, AdmittedWorkload, WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
+from queuemgr.store.arrays import literal
 from queuemgr.store.live import Status
 from queuemgr.store.transitions import legal_sources
 from queuemgr.store.workloads import StateConflict, atomic
@@ -193,11 +194,11 @@ def _admit(
         _ADMIT,
         {
             "now": at,
-            "ns": [w.namespace for w in ws],
-            "names": [w.name for w in ws],
-            "cqs": [str(a.cluster_queue) for a in adm],
-            "flavors": [str(a.flavor) for a in adm],
-            "borrowing": [a.borrowing for a in adm],
+            "ns": literal([w.namespace for w in ws]),
+            "names": literal([w.name for w in ws]),
+            "cqs": literal([str(a.cluster_queue) for a in adm]),
+            "flavors": literal([str(a.flavor) for a in adm]),
+            "borrowing": literal([a.borrowing for a in adm]),
             "sources": _QUEUED,
         },
     ).all()
@@ -214,10 +215,10 @@ def _admit(
         conn.execute(
             _PLACE,
             {
-                "ids": [i for i, _ in placed],
-                "pod_sets": [p.pod_set for _, p in placed],
-                "nodes": [str(p.node) for _, p in placed],
-                "counts": [p.count for _, p in placed],
+                "ids": literal([i for i, _ in placed]),
+                "pod_sets": literal([p.pod_set for _, p in placed]),
+                "nodes": literal([str(p.node) for _, p in placed]),
+                "counts": literal([p.count for _, p in placed]),
             },
         )
     return len(rows)
@@ -256,18 +257,18 @@ def _write_statuses(
         which = [distinct.setdefault(st, len(distinct) + 1) for st in changed.values()]
         params: dict[str, object] = {
             "now": at,
-            "which": which,
-            "states": [st.value for st, _, _ in distinct],
-            "reasons": [reason for _, reason, _ in distinct],
-            "messages": [message for _, _, message in distinct],
+            "which": literal(which),
+            "states": literal([st.value for st, _, _ in distinct]),
+            "reasons": literal([reason for _, reason, _ in distinct]),
+            "messages": literal([message for _, _, message in distinct]),
         }
         if ids is not None and all(wid in ids for wid in changed):
-            params["ids"] = [ids[wid] for wid in changed]
+            params["ids"] = literal([ids[wid] for wid in changed])
             rows = conn.execute(_STATUS_BY_ID, params)
         else:
             names = [wid.partition("/") for wid in changed]
-            params["ns"] = [ns for ns, _, _ in names]
-            params["names"] = [name for _, _, name in names]
+            params["ns"] = literal([ns for ns, _, _ in names])
+            params["names"] = literal([name for _, _, name in names])
             rows = conn.execute(_STATUS_BY_NAME, params)
         for r in rows:
             versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version

@@ -35,6 +35,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.store import codec
+from queuemgr.store.arrays import literal
 
 Status = tuple[WorkloadState, str, str]  # (state, reason, message) as stored
 
@@ -105,7 +106,7 @@ def read_live(
     if ids is None:
         rows = conn.execute(_ALL_LIVE).all()
     elif ids:
-        rows = conn.execute(_LIVE_BY_ID, {"ids": list(ids)}).all()
+        rows = conn.execute(_LIVE_BY_ID, {"ids": literal(ids)}).all()
     else:
         return []
     unknown = [r.id for r in rows if r.id not in known]
@@ -113,7 +114,7 @@ def read_live(
     admitted_ids = [r.id for r in rows if r.state == "Admitted"]
     placements: dict[int, list[PodSetPlacement]] = {}
     if admitted_ids:
-        for wid, pod_set, node, count in conn.execute(_PLACEMENTS, {"ids": admitted_ids}):
+        for wid, pod_set, node, count in conn.execute(_PLACEMENTS, {"ids": literal(admitted_ids)}):
             placements.setdefault(wid, []).append(
                 PodSetPlacement(pod_set=pod_set, node=NodeName(node), count=count)
             )
@@ -187,7 +188,7 @@ def read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, .
         return value
 
     out: dict[int, list[PodSet]] = {}
-    for row in conn.execute(_POD_SETS, {"ids": ids}):
+    for row in conn.execute(_POD_SETS, {"ids": literal(ids)}):
         wid, key = row[0], tuple(row[1:])
         ps = interned.get(key)
         if ps is None:

@@ -40,6 +40,7 @@ from queuemgr.core.lifecycle import (
 )
 from queuemgr.core.model import Workload, WorkloadId
 from queuemgr.store import codec
+from queuemgr.store.arrays import literal
 from queuemgr.store.notify import notify
 from queuemgr.store.workloads import StateConflict, WorkloadExists, atomic
 
@@ -331,16 +332,16 @@ def finish_many(
                 "reason": reason,
                 "message": message,
                 "now": codec.timestamp(now),
-                "ns": [ns for ns, _, _ in names],
-                "names": [name for _, _, name in names],
-                "admitted": [e.admitted_at for e in ends],
+                "ns": literal([ns for ns, _, _ in names]),
+                "names": literal([name for _, _, name in names]),
+                "admitted": literal([e.admitted_at for e in ends]),
                 "same": SAME_ADMISSION_S,
                 "sources": _RUNNING,
             },
         ).all()
         conn.execute(
             text("DELETE FROM placements WHERE workload_id = ANY(CAST(:ids AS bigint[]))"),
-            {"ids": [r.id for r in rows]},
+            {"ids": literal([r.id for r in rows])},
         )
         if rows:
             notify(conn, "finished")
