@@ -86,7 +86,9 @@ class Nominator:
             memo_key = (cq.name, w.shape)
             if cq.name in self.usage_across:
                 memo_key = (cq.name, w.shape, w.namespace, w.queue)
-            memo_key = (*memo_key, cq.may_borrow(w))  # its runtime or past may keep it in
+            # Whether and why it may not borrow (its runtime, or its past): the checks
+            # carry the reason, and each workload is told its own.
+            memo_key = (*memo_key, cq.no_loan(w))
             hit = self._memo.get(memo_key)
             if hit is not None and hit[0] == self.ledger.version:
                 _, cls, share, nomination = hit

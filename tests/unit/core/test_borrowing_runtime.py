@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from queuemgr.core.model import REPEAT_VICTIM
 from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
@@ -79,3 +82,32 @@ def test_past_its_nominal_quota_a_workload_that_may_not_borrow_is_inadmissible_a
         "b/forever"
     )
     assert list(res.decisions.inadmissible) == ["b/forever"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param("repeat", "long", id="repeat-victim-first"),
+        pytest.param("long", "repeat", id="long-runtime-first"),
+    ],
+)
+def test_each_workload_kept_from_loans_is_told_its_own_reason(first: str, second: str) -> None:
+    # Both may only use b's nominal quota, which b's own run holds, for different
+    # reasons: one was preempted 3 times, the other declares more than the queue lends
+    # for. The second of the shape must not be told the first one's reason.
+    made = {
+        "repeat": make_workload("repeat").ns("b").gpus(8).max_runtime(60.0),
+        "long": make_workload("long").ns("b").gpus(8).max_runtime(10 * HOUR),
+    }
+    jobs = [
+        dataclasses.replace(made[name].at(float(i)).build(), evictions=REPEAT_VICTIM)
+        if name == "repeat"
+        else made[name].at(float(i)).build()
+        for i, name in enumerate((first, second), start=1)
+    ]
+    res = _world().submit(*jobs).run(now=3.0)
+    assert res.admitted_ids() == set()
+    assert res.reason("b/repeat") is PendingReason.PREEMPTED_TOO_OFTEN
+    assert "preempted 3 times" in res.message("b/repeat")
+    assert res.reason("b/long") is PendingReason.BORROWING_RUNTIME_LIMIT
+    assert "preempted" not in res.message("b/long")
