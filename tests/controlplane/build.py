@@ -52,15 +52,15 @@ class GoMissing(BuildError):
     """No ``go`` command on PATH."""
 
 
-def _required_version(go_mod: Path, module: str) -> str:
+def required_version(go_mod: Path, module: str) -> str:
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.M)
     if match is None:
         raise BuildError(f"{go_mod} does not require {module}")
     return match.group(1)
 
 
-KUBERNETES_VERSION = _required_version(KUBE_MODULE / "go.mod", "k8s.io/kubernetes")
-ETCD_VERSION = _required_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3")
+KUBERNETES_VERSION = required_version(KUBE_MODULE / "go.mod", "k8s.io/kubernetes")
+ETCD_VERSION = required_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3")
 
 
 def cache_root() -> Path:
@@ -168,7 +168,7 @@ def go_command() -> str | None:
 
 
 @contextmanager
-def _lock(root: Path) -> Iterator[None]:
+def build_lock(root: Path) -> Iterator[None]:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".build.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -228,7 +228,7 @@ def ensure_built() -> Binaries:
             "the `go` command is not on PATH: install Go 1.26+ to build the Kubernetes"
             " control plane (etcd, kube-apiserver, ...) the integration tests run"
         )
-    with _lock(cache_root()):
+    with build_lock(cache_root()):
         for target in targets:
             if not target.is_built():  # another process may have built it meanwhile
                 _build(target, go)

@@ -1,0 +1,211 @@
+"""Build Kueue's scheduler-perf binaries (minimalkueue, runner) from the Go module proxy.
+
+    python bench/kueue_peer/build.py
+
+Why it exists: ``bench/kueue_baseline.py`` compares queuemgr's simulated
+figures with the numbers Kueue publishes for its ``configs/baseline``. To
+measure Kueue itself on this machine, against the same etcd and kube-apiserver
+the integration tests run (``tests/controlplane``), we need Kueue's own
+``minimalkueue`` and ``runner``. They are ``package main`` inside
+``sigs.k8s.io/kueue``, so the Go module beside this file lists them as ``tool``
+directives and ``go build`` builds them by import path; no Kueue source is
+copied into this repository.
+
+Output, outside the repository:
+
+    ${QUEUEMGR_KUEUE_PEER_CACHE:-${XDG_CACHE_HOME:-~/.cache}/queuemgr/kueue-peer}
+        /kueue-<version>/{minimalkueue,runner,.stamp}
+
+What must stay true:
+
+* the Kueue version comes from ``go.mod`` alone (``require sigs.k8s.io/kueue``);
+  bumping it there changes the directory name and the stamp;
+* ``go.sum`` is complete: builds run with ``-mod=readonly`` and never edit the
+  module, so run ``go mod tidy`` here after changing ``go.mod``;
+* the stamp hashes ``go.mod``, ``go.sum``, the packages and the flags; when it
+  matches and both binaries are there, nothing runs but ``go list`` (for the
+  source path), so a warm call returns at once;
+* builds share the control plane's file lock and error types
+  (``tests/controlplane/build.py``), so concurrent callers wait for one build.
+
+Exit status: 0 when the binaries are there, 1 when a build failed, 2 for a
+usage error or when no ``go`` toolchain is on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.controlplane.build import (  # noqa: E402
+    BuildError,
+    GoMissing,
+    build_lock,
+    go_command,
+    required_version,
+)
+
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+KUEUE_VERSION = required_version(HERE / "go.mod", KUEUE_MODULE)
+PACKAGE_PREFIX = f"{KUEUE_MODULE}/test/performance/scheduler"
+COMMANDS = ("minimalkueue", "runner")
+PACKAGES = tuple(f"{PACKAGE_PREFIX}/{cmd}" for cmd in COMMANDS)
+LDFLAGS = "-s -w"
+
+
+@dataclass(frozen=True)
+class KueueBinaries:
+    minimalkueue: Path
+    runner: Path
+    source: Path  # the Kueue module in GOMODCACHE: CRDs and configs live there
+    version: str = KUEUE_VERSION
+
+
+def cache_root() -> Path:
+    override = os.environ.get("QUEUEMGR_KUEUE_PEER_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "queuemgr" / "kueue-peer"
+
+
+def directory() -> Path:
+    return cache_root() / f"kueue-{KUEUE_VERSION}"
+
+
+def stamp() -> str:
+    digest = hashlib.sha256()
+    for part in ("go.mod", "go.sum"):
+        digest.update(part.encode() + b"\0" + (HERE / part).read_bytes() + b"\0")
+    digest.update(" ".join(PACKAGES).encode() + b"\0" + LDFLAGS.encode())
+    return digest.hexdigest()
+
+
+def is_built() -> bool:
+    try:
+        if (directory() / ".stamp").read_text().strip() != stamp():
+            return False
+    except OSError:
+        return False
+    return all(os.access(directory() / cmd, os.X_OK) for cmd in COMMANDS)
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if "-mod=" not in env.get("GOFLAGS", ""):
+        env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def _log(message: str) -> None:
+    print(f"kueue-peer: {message}", file=sys.stderr, flush=True)
+
+
+def _go(go: str, *args: str) -> str:
+    """Run ``go args...`` in the module; return stdout, raise BuildError on failure."""
+    result = subprocess.run(
+        [go, *args], cwd=HERE, env=_go_env(), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        detail = result.stderr.strip().splitlines()[-5:]
+        raise BuildError(f"`go {' '.join(args)}` failed: " + " / ".join(detail))
+    return result.stdout.strip()
+
+
+def source_dir(go: str) -> Path:
+    """The Kueue module's directory in GOMODCACHE, downloading it if needed."""
+    query = ("list", "-m", "-f", "{{.Dir}}", KUEUE_MODULE)
+    found = _go(go, *query)
+    if not found:
+        _go(go, "mod", "download", KUEUE_MODULE)
+        found = _go(go, *query)
+    path = Path(found)
+    if not (path / "config" / "components" / "crd" / "bases").is_dir():
+        raise BuildError(f"{KUEUE_MODULE} source at {path} has no config/components/crd/bases")
+    return path
+
+
+def _build(go: str) -> None:
+    root = cache_root()
+    staging = Path(tempfile.mkdtemp(prefix=f".kueue-{KUEUE_VERSION}-", dir=root))
+    staging.chmod(0o755)
+    command = [go, "build", "-buildvcs=false", "-trimpath", "-ldflags", LDFLAGS]
+    command += ["-o", f"{staging}/", *PACKAGES]
+    started = time.monotonic()
+    _log(f"building Kueue {KUEUE_VERSION} ({', '.join(COMMANDS)}); a cold build takes a while")
+    try:
+        result = subprocess.run(command, cwd=HERE, env=_go_env(), check=False)
+        if result.returncode != 0:
+            raise BuildError(f"`go build` of Kueue's scheduler-perf failed ({result.returncode})")
+        missing = [cmd for cmd in COMMANDS if not (staging / cmd).exists()]
+        if missing:
+            raise BuildError(f"`go build` produced no {', '.join(missing)}")
+        (staging / ".stamp").write_text(stamp() + "\n")
+        if directory().exists():
+            shutil.rmtree(directory())
+        staging.rename(directory())
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _log(f"built Kueue {KUEUE_VERSION} in {time.monotonic() - started:.0f} s")
+
+
+def ensure_built() -> KueueBinaries:
+    """Build what is missing; return the paths. Raises GoMissing or BuildError."""
+    go = go_command()
+    if go is None:
+        raise GoMissing("the `go` command is not on PATH: install Go 1.26+ to build Kueue")
+    if not is_built():
+        with build_lock(cache_root()):
+            if not is_built():  # another process may have built it meanwhile
+                _build(go)
+    return KueueBinaries(
+        minimalkueue=directory() / "minimalkueue",
+        runner=directory() / "runner",
+        source=source_dir(go),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report whether it is built")
+    args = parser.parse_args(argv)
+    if args.check:
+        built = is_built()
+        print("built" if built else "not built")
+        return 0 if built else 1
+    started = time.monotonic()
+    try:
+        paths = ensure_built()
+    except GoMissing as error:
+        print(f"kueue-peer: {error}", file=sys.stderr)
+        return 2
+    except (BuildError, OSError) as error:
+        print(f"kueue-peer: build failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("kueue-peer: interrupted", file=sys.stderr)
+        return 1
+    print(f"kueue {paths.version}")
+    print(f"minimalkueue: {paths.minimalkueue}")
+    print(f"runner: {paths.runner}")
+    print(f"kueue source: {paths.source}")
+    print(f"ready in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

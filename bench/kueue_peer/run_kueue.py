@@ -1,0 +1,269 @@
+"""Run Kueue's own scheduler benchmark (``configs/baseline``) on this machine.
+
+    python bench/kueue_peer/run_kueue.py [--runs N] [--out DIR] [--json FILE]
+
+Why it exists: ``bench/kueue_baseline.py`` sets queuemgr beside the figures
+Kueue publishes, which come from other hardware. This runs Kueue v0.17.0's
+``runner`` with its ``minimalkueue`` (built by ``build.py`` beside this file)
+against the etcd and kube-apiserver that ``tests/controlplane/build.py``
+builds, so both sides can be measured on the same two cores.
+
+The runner starts etcd and kube-apiserver itself (controller-runtime's
+envtest, pointed at a temporary ``KUBEBUILDER_ASSETS`` of symlinks), then
+minimalkueue, creates 15,000 workloads and records them until all finish (a
+run takes about 7 minutes). Its files (``summary.yaml``,
+``minimalkueue.stats.yaml``, ``wlStates.csv``, ``cqStates.csv``,
+``runner.log``) go to ``--out DIR/run-<i>``, or to a temporary directory that
+is removed afterwards. While it runs, ``/proc`` of the runner's children is
+sampled each second for kube-apiserver's and etcd's CPU seconds and peak RSS
+(the last second before they exit is not seen).
+
+Figures: ``minimalkueue wall`` is the one Kueue's rangespec checks
+(``cmd.maxWallMs``, published average 351 s); ``cq events span`` is the first
+to the last ClusterQueue event the recorder saw; ``cq usage`` is the mean
+ClusterQueue usage over that span against nominal quota.
+
+Exit status: 0 when every run finished, 1 when a build or run failed, 2 for a
+usage error or when no ``go`` toolchain is on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.kueue_peer import build as kueue_build  # noqa: E402
+from tests.controlplane import build as cp_build  # noqa: E402
+
+CLASSES = ("small", "medium", "large")
+WATCHED = ("kube-apiserver", "etcd")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class RunError(RuntimeError):
+    """A benchmark run failed."""
+
+
+class ProcSampler(threading.Thread):
+    """Sample CPU seconds and peak RSS of the named children of one process."""
+
+    def __init__(self, parent: int, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.parent, self.interval = parent, interval
+        self.cpu: dict[str, float] = {}
+        self.peak_rss_mib: dict[str, float] = {}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            for pid_dir in Path("/proc").iterdir():
+                if pid_dir.name.isdigit():
+                    self._sample(pid_dir)
+
+    def _sample(self, pid_dir: Path) -> None:
+        try:
+            stat = (pid_dir / "stat").read_text()
+            name = stat[stat.find("(") + 1 : stat.rfind(")")]
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if name not in WATCHED or int(fields[1]) != self.parent:
+                return
+            status = (pid_dir / "status").read_text()
+        except OSError:
+            return
+        key = f"{name}:{pid_dir.name}"  # a name may run twice only on a restart
+        self.cpu[key] = (int(fields[11]) + int(fields[12])) / TICK
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                self.peak_rss_mib[key] = int(line.split()[1]) / 1024
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def total(self, name: str, values: dict[str, float]) -> float | None:
+        found = [v for k, v in values.items() if k.split(":")[0] == name]
+        return sum(found) if found else None
+
+
+def _time(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value
+    text = str(value).replace("Z", "+00:00")
+    head, dot, rest = text.partition(".")
+    if dot:  # at most microseconds for fromisoformat
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
+        text = f"{head}.{digits[:6]}{rest[len(digits) :]}"
+    return dt.datetime.fromisoformat(text)
+
+
+def _figures(out: Path, wall: float, sampler: ProcSampler) -> dict[str, float | None]:
+    summary = yaml.safe_load((out / "summary.yaml").read_text()) or {}
+    stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text()) or {}
+    figures: dict[str, float | None] = {"runner wall (s)": wall}
+    figures["minimalkueue wall (s)"] = stats.get("wallMs", 0) / 1000
+    cq = (summary.get("clusterQueueClasses") or {}).get("cq") or {}
+    span = None
+    if cq.get("firstEventTime") and cq.get("lastEventTime"):
+        span = (_time(cq["lastEventTime"]) - _time(cq["firstEventTime"])).total_seconds()
+    figures["cq events span (s)"] = span
+    nominal = cq.get("nominalQuota") or 0
+    usage = cq.get("cpuAverageUsage")
+    figures["cq usage (% of nominal)"] = 100 * usage / nominal if nominal and usage else None
+    classes = summary.get("workloadClasses") or {}
+    for name in CLASSES:
+        wl = classes.get(name) or {}
+        mean = wl.get("averageTimeToAdmissionMs")
+        figures[f"mean time to admission, {name} (s)"] = None if mean is None else mean / 1000
+    figures["workloads recorded"] = sum((c or {}).get("count", 0) for c in classes.values())
+    figures["evictions"] = sum((c or {}).get("totalEvictions", 0) for c in classes.values())
+    figures["minimalkueue CPU (s)"] = (stats.get("userMs", 0) + stats.get("sysMs", 0)) / 1000
+    maxrss = stats.get("maxrss", -1)
+    figures["minimalkueue peak RSS (MiB)"] = maxrss / 1024 if maxrss > 0 else None
+    for name in WATCHED:
+        figures[f"{name} CPU (s)"] = sampler.total(name, sampler.cpu)
+        figures[f"{name} peak RSS (MiB)"] = sampler.total(name, sampler.peak_rss_mib)
+    return figures
+
+
+def run_once(
+    runner: list[str], out: Path, env: dict[str, str], timeout: float
+) -> dict[str, float | None]:
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "runner.log"
+    started = time.monotonic()
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*runner, f"-o={out}"], stdout=sink, stderr=sink, env=env)
+        sampler = ProcSampler(proc.pid)
+        sampler.start()
+        try:
+            code = proc.wait(timeout)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.send_signal(signal.SIGINT)  # the runner stops envtest on SIGINT
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        finally:
+            sampler.stop()
+    wall = time.monotonic() - started
+    if code != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise RunError(f"runner exited {code}; last lines of its log:\n" + "\n".join(tail))
+    if not (out / "summary.yaml").exists():
+        raise RunError(f"runner wrote no summary.yaml in {out}")
+    return _figures(out, wall, sampler)
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value}" if isinstance(value, int) else f"{value:.1f}"
+
+
+def _table(runs: list[dict[str, float | None]]) -> str:
+    names = list(runs[0])
+    head = [f"run {i + 1}" for i in range(len(runs))] + (["mean"] if len(runs) > 1 else [])
+    lines = [f"{'figure':<38}" + "".join(f"{h:>10}" for h in head)]
+    for name in names:
+        values = [run[name] for run in runs]
+        known = [v for v in values if v is not None]
+        if len(runs) > 1:
+            values.append(sum(known) / len(known) if len(known) == len(values) else None)
+        cells = "".join(f"{_cell(v):>10}" for v in values)
+        lines.append(f"{name:<38}{cells}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--runs", type=int, default=1, help="how many runs (default 1)")
+    parser.add_argument("--out", type=Path, help="keep each run's files in OUT/run-<i>")
+    parser.add_argument("--json", type=Path, help="write the figures of every run to FILE")
+    parser.add_argument(
+        "--timeout", type=int, default=15, help="minutes a run may take (default 15)"
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.timeout < 1:
+        parser.error("--runs and --timeout must be at least 1")
+    try:
+        plane = cp_build.ensure_built()
+        kueue = kueue_build.ensure_built()
+    except cp_build.GoMissing as error:
+        print(f"kueue-peer: {error}", file=sys.stderr)
+        return 2
+    except (cp_build.BuildError, OSError) as error:
+        print(f"kueue-peer: build failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("kueue-peer: interrupted", file=sys.stderr)
+        return 1
+    generator = kueue.source / "test/performance/scheduler/configs/baseline"
+    runner = [
+        str(kueue.runner),
+        f"--crds={kueue.source / 'config/components/crd/bases'}",
+        f"--generatorConfig={generator / 'generator.yaml'}",
+        f"--minimalKueue={kueue.minimalkueue}",
+        f"--timeout={args.timeout}m",  # the recorder's bound; ours is a minute more
+    ]
+    print(
+        f"kueue {kueue.version}, kubernetes {plane.kubernetes_version}, etcd {plane.etcd_version}"
+    )
+    results: list[dict[str, float | None]] = []
+    with tempfile.TemporaryDirectory(prefix="kueue-peer-") as tmp:
+        assets = Path(tmp) / "assets"
+        assets.mkdir()
+        for name, path in (
+            ("etcd", plane.etcd),
+            ("kube-apiserver", plane.kube_apiserver),
+            ("kubectl", plane.kubectl),
+        ):
+            (assets / name).symlink_to(path)
+        # Kueue's test/util finds its project at init from PROJECT_DIR (which it
+        # takes the dirname of) or a Makefile above the cwd, and panics otherwise.
+        env = dict(os.environ, KUBEBUILDER_ASSETS=str(assets), PROJECT_DIR=f"{kueue.source}/")
+        for i in range(args.runs):
+            out = (args.out or Path(tmp)) / f"run-{i + 1}"
+            print(f"run {i + 1}/{args.runs}: {out}", file=sys.stderr, flush=True)
+            try:
+                figures = run_once(runner, out, env, args.timeout * 60 + 60)
+            except RunError as error:
+                print(f"kueue-peer: run {i + 1} failed: {error}", file=sys.stderr)
+                return 1
+            except subprocess.TimeoutExpired:
+                print(f"kueue-peer: run {i + 1} took over {args.timeout} min", file=sys.stderr)
+                return 1
+            except KeyboardInterrupt:
+                print("kueue-peer: interrupted", file=sys.stderr)
+                return 1
+            except (OSError, yaml.YAMLError, ValueError) as error:
+                print(f"kueue-peer: run {i + 1}: cannot read results: {error}", file=sys.stderr)
+                return 1
+            results.append(figures)
+            print(f"run {i + 1}: {figures['runner wall (s)']:.0f} s", file=sys.stderr)
+    print(_table(results))
+    if args.json:
+        args.json.write_text(json.dumps({"kueue": kueue.version, "runs": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
