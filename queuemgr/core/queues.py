@@ -14,6 +14,7 @@ replace runs, they do not edit them).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
@@ -158,24 +159,24 @@ class QueueBook:
 
     def add(self, w: Workload) -> None:
         rk = run_key(w)
-        run = list(self._runs.get(rk, ()))
-        # Insert in queue order; runs are short enough that a copy is cheap.
-        key = w.order_key
-        lo, hi = 0, len(run)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if run[mid].order_key < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        run.insert(lo, w)
-        self._runs[rk] = tuple(run)
+        run = self._runs.get(rk, ())
+        # Insert in queue order: runs are replaced, never changed (snapshots hold them),
+        # and the copy is two slices, done in C.
+        at = bisect.bisect_left(run, w.order_key, key=order_key)
+        self._runs[rk] = (*run[:at], w, *run[at:])
         self._view = None
 
     def remove(self, w: Workload) -> None:
         self._view = None
         rk = run_key(w)
-        run = tuple(x for x in self._runs[rk] if x is not w)
+        old = self._runs[rk]
+        # A run is in queue order and order keys are unique (they end with the id), so
+        # the workload is found by bisection and the copy is two slices, done in C.
+        at = bisect.bisect_left(old, w.order_key, key=order_key)
+        if at < len(old) and old[at] is w:
+            run = old[:at] + old[at + 1 :]
+        else:  # an equal workload, not this object: fall back to identity
+            run = tuple(x for x in old if x is not w)
         if run:
             self._runs[rk] = run
         else:
