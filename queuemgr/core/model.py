@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
 from typing import NewType
@@ -238,18 +238,46 @@ class PodSet:
     topology_preferred: str | None = None
     # Partial admission: when ``count`` pods do not fit, the most that fit, at least this.
     min_count: int | None = None
+    # Derived once: this pod set's part of its gang's shape (Workload.shape). The store
+    # and the trace loader share one PodSet object among the workloads of a template,
+    # so thousands of workloads of one shape sort these vectors once, not each.
+    shape_part: tuple[object, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.topology_required is not None and self.topology_preferred is not None:
             raise ValueError(f"pod set {self.name!r}: topology is required or preferred, not both")
         if self.min_count is not None and not 1 <= self.min_count <= self.count:
             raise ValueError(f"pod set {self.name!r}: min_count must be in [1, count]")
+        object.__setattr__(self, "shape_part", self._shape_part())
+
+    def _shape_part(self) -> tuple[object, ...]:
+        return (
+            self.count,
+            tuple(sorted(self.requests.items())),
+            tuple(sorted(self.node_selector.items())),
+            self.tolerations,
+            self.topology_required,
+            self.topology_preferred,
+            self.min_count,
+        )
+
+    # Pickled as its given fields only (as before shape_part existed), so state saved by
+    # one version of this class loads in another; the derived part is made again.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in _POD_SET_FIELDS]
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        for name, value in zip(_POD_SET_FIELDS, state, strict=True):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "shape_part", self._shape_part())
 
     @property
     def topology(self) -> str | None:
         """The label key the pod set asks to be packed by, required or preferred."""
         return self.topology_required or self.topology_preferred
 
+
+_POD_SET_FIELDS = tuple(f.name for f in fields(PodSet) if f.init)
 
 ShapeId = NewType("ShapeId", int)
 
@@ -322,20 +350,7 @@ class Workload:
                 partial.append(ps)
         if len(partial) > 1:
             raise ValueError(f"{self.namespace}/{self.name}: only one pod set may set min_count")
-        shape = shape_id(
-            tuple(
-                (
-                    ps.count,
-                    tuple(sorted(ps.requests.items())),
-                    tuple(sorted(ps.node_selector.items())),
-                    ps.tolerations,
-                    ps.topology_required,
-                    ps.topology_preferred,
-                    ps.min_count,
-                )
-                for ps in self.pod_sets
-            )
-        )
+        shape = shape_id(tuple([ps.shape_part for ps in self.pod_sets]))
         object.__setattr__(self, "id", WorkloadId(f"{self.namespace}/{self.name}"))
         object.__setattr__(self, "total_requests", total)
         object.__setattr__(self, "shape", shape)
