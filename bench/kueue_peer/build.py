@@ -34,7 +34,6 @@ usage error or when no ``go`` toolchain is on PATH.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -54,6 +53,7 @@ from tests.controlplane.build import (  # noqa: E402
     BuildError,
     GoMissing,
     build_lock,
+    command_line,
     go_command,
     required_version,
 )
@@ -179,32 +179,24 @@ def ensure_built() -> KueueBinaries:
     )
 
 
+def _describe(paths: KueueBinaries) -> list[str]:
+    return [
+        f"kueue {paths.version}",
+        f"minimalkueue: {paths.minimalkueue}",
+        f"runner: {paths.runner}",
+        f"kueue source: {paths.source}",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="only report whether it is built")
-    args = parser.parse_args(argv)
-    if args.check:
-        built = is_built()
-        print("built" if built else "not built")
-        return 0 if built else 1
-    started = time.monotonic()
-    try:
-        paths = ensure_built()
-    except GoMissing as error:
-        print(f"kueue-peer: {error}", file=sys.stderr)
-        return 2
-    except (BuildError, OSError) as error:
-        print(f"kueue-peer: build failed: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("kueue-peer: interrupted", file=sys.stderr)
-        return 1
-    print(f"kueue {paths.version}")
-    print(f"minimalkueue: {paths.minimalkueue}")
-    print(f"runner: {paths.runner}")
-    print(f"kueue source: {paths.source}")
-    print(f"ready in {time.monotonic() - started:.2f} s")
-    return 0
+    return command_line(
+        argv,
+        name="kueue-peer",
+        doc=__doc__ or "",
+        is_built=is_built,
+        ensure_built=ensure_built,
+        describe=_describe,
+    )
 
 
 if __name__ == "__main__":

@@ -32,10 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 KUBE_MODULE = HERE / "kube"
@@ -235,8 +238,21 @@ def ensure_built() -> Binaries:
     return binaries()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def command_line(
+    argv: list[str] | None,
+    *,
+    name: str,
+    doc: str,
+    is_built: Callable[[], bool],
+    ensure_built: Callable[[], T],
+    describe: Callable[[T], list[str]],
+) -> int:
+    """The command line of a build script: ``--check``, or build and print ``describe``'s lines.
+
+    Exit status 0 when built, 1 when ``--check`` finds nothing or a build failed, 2 when
+    no ``go`` is on PATH; errors are one line on stderr, prefixed with ``name``.
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument(
         "--check", action="store_true", help="only report whether the binaries are built"
     )
@@ -249,16 +265,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         paths = ensure_built()
     except GoMissing as error:
-        print(f"controlplane: {error}", file=sys.stderr)
+        print(f"{name}: {error}", file=sys.stderr)
         return 2
-    except BuildError as error:
-        print(f"controlplane: build failed: {error}", file=sys.stderr)
+    except (BuildError, OSError) as error:
+        print(f"{name}: build failed: {error}", file=sys.stderr)
         return 1
-    print(f"kubernetes {paths.kubernetes_version}, etcd {paths.etcd_version}")
-    for name in ("etcd", "kube_apiserver", "kube_controller_manager", "kube_scheduler", "kubectl"):
-        print(f"{name.replace('_', '-')}: {getattr(paths, name)}")
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 1
+    for line in describe(paths):
+        print(line)
     print(f"ready in {time.monotonic() - started:.2f} s")
     return 0
+
+
+def _describe(paths: Binaries) -> list[str]:
+    names = ("etcd", "kube_apiserver", "kube_controller_manager", "kube_scheduler", "kubectl")
+    return [f"kubernetes {paths.kubernetes_version}, etcd {paths.etcd_version}"] + [
+        f"{n.replace('_', '-')}: {getattr(paths, n)}" for n in names
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_line(
+        argv,
+        name="controlplane",
+        doc=__doc__ or "",
+        is_built=is_built,
+        ensure_built=ensure_built,
+        describe=_describe,
+    )
 
 
 if __name__ == "__main__":
