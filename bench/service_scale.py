@@ -10,25 +10,33 @@ real service starts here (simulated backend) and:
 - its first cycle is the cold one: it reads all 100,000 rows, admits what
   fits (about 2,500) and writes every other workload's first pending reason;
 - each later cycle is woken by one more submission (1 s apart): the steady
-  state of a service with a 100,000-workload backlog.
+  state of a service with a 100,000-workload backlog;
+- then ``queuemgr why`` runs as a user runs it (a new process, on the same
+  database, while the service runs) for a few of the pending workloads: its
+  wall time, start-up included.
 
 Every cycle is split into its phases from the loop's CycleReport (wall
 milliseconds), with the CPU time of the loop's thread.
 
     python bench/service_scale.py                 # 100,000 pending, 7 steady cycles
     python bench/service_scale.py --pending 10000
+    python bench/service_scale.py --queues 1000 --nodes 10000   # the issue's large case
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 import yaml
 from servicebench import (
     PHASES,
@@ -48,10 +56,10 @@ from servicebench import (
 
 from queuemgr.store.database import create_engine
 
-QUEUES, NODES = 100, 1_000
+WHY_SAMPLES = ("w0", "w1", "w{mid}", "w{last}")  # the oldest, and across the backlog
 
 
-def fill(url: str, pending: int, out: Any) -> None:
+def fill(url: str, pending: int, queues: int, out: Any) -> None:
     """In a child process: write the backlog in transactions of 10,000."""
     rng = random.Random(1)
     engine = create_engine(url)
@@ -62,7 +70,7 @@ def fill(url: str, pending: int, out: Any) -> None:
             gpus, pods = (1, 1) if rng.random() < 0.7 else (8, rng.choice((1, 2, 4, 8)))
             ws.append(
                 gpu_job(
-                    f"ns-{rng.randrange(QUEUES):04d}",
+                    f"ns-{rng.randrange(queues):04d}",
                     f"w{i}",
                     gpus=gpus,
                     pods=pods,
@@ -75,6 +83,35 @@ def fill(url: str, pending: int, out: Any) -> None:
             bulk_submit(conn, ws, notify=False)
     engine.dispose()
     out.put(pending)
+
+
+def time_why(url: str, engine: Any, pending: int) -> list[tuple[str, float]]:
+    """Wall seconds of ``queuemgr why`` for a few pending workloads, as a user runs it."""
+    out = []
+    env = {**os.environ, "QUEUEMGR_DATABASE_URL": url}
+    for pattern in WHY_SAMPLES:
+        name = pattern.format(mid=pending // 2, last=pending - 1)
+        with engine.connect() as conn:
+            ns = conn.execute(
+                sa.text("SELECT namespace FROM workloads WHERE name = :n AND state = 'Pending'"),
+                {"n": name},
+            ).scalar()
+        if ns is None:
+            continue  # admitted by now, or Inadmissible: not what this times
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "queuemgr", "why", name, "-n", ns, "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        took = time.monotonic() - started
+        if done.returncode != 0:
+            raise SystemExit(f"queuemgr why {ns}/{name} failed: {done.stderr.strip()[-500:]}")
+        out.append((f"{ns}/{name}", took))
+    return out
 
 
 def phase_line(label: str, report: Any, fallback: float) -> tuple[str, float]:
@@ -90,14 +127,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--steady", type=int, default=7, help="steady-state cycles to time")
+    parser.add_argument("--queues", type=int, default=100, help="ClusterQueues (default 100)")
+    parser.add_argument("--nodes", type=int, default=1_000, help="8-GPU nodes (default 1,000)")
     args = parser.parse_args()
+    for name in ("pending", "steady", "queues", "nodes"):
+        value = getattr(args, name)
+        if not 1 <= value <= 1_000_000:
+            parser.error(f"--{name} {value}: must be between 1 and 1,000,000")
     with tempfile.TemporaryDirectory() as tmp, scratch_database("scale") as url:
         print(server_description(url), f"| load average before: {load_average()}")
         cluster = Path(tmp) / "cluster.yaml"
-        cluster.write_text(yaml.safe_dump(gpu_cluster(queues=QUEUES, nodes=NODES)))
+        cluster.write_text(yaml.safe_dump(gpu_cluster(queues=args.queues, nodes=args.nodes)))
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
-        child = ctx.Process(target=fill, args=(url, args.pending, out))
+        child = ctx.Process(target=fill, args=(url, args.pending, args.queues, out))
         child.start()
         out.get()
         child.join()
@@ -131,11 +174,12 @@ def main() -> None:
                 time.sleep(1.0)
             peak = peak_rss_mib()
             rss_now = current_rss_mib()
+            whys = time_why(url, engine, args.pending)
         finally:
             service.stop()
             engine.dispose()
     print(
-        f"{args.pending} pending, {QUEUES} ClusterQueues, {NODES} nodes; after the first "
+        f"{args.pending} pending, {args.queues} ClusterQueues, {args.nodes} nodes; after the first "
         f"cycle: {states}"
     )
     print(
@@ -152,6 +196,11 @@ def main() -> None:
         best, median = best_median(totals)
         print(f"steady cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
     print(f"service start to first cycle done: {cold:.1f} s")
+    for wid, took in whys:
+        print(f"queuemgr why {wid}: {took:.2f} s (a new process, start-up included)")
+    if whys:
+        best, median = best_median([t for _, t in whys])
+        print(f"queuemgr why: best {best:.2f} s, median {median:.2f} s")
     print(
         f"RSS: {rss_before:.0f} MiB before the service started, {rss_now:.0f} MiB at the end, "
         f"peak {peak:.0f} MiB | load average after: {load_average()}"

@@ -11,7 +11,9 @@ the job; ``why`` reads it back.
 What must stay true: the documents have the same keys as in database mode
 where the meaning is the same (docs/cli.md lists the Kubernetes ones); an API
 refusal exits 1 with the server's reason (``forbidden: ...``), a manifest the
-CLI cannot use exits 2 naming the file; never a traceback.
+CLI cannot use exits 2 naming the file; never a traceback. The Kubernetes
+client is imported only when Kubernetes mode is used: importing it costs about
+half a second, which every ``why`` and ``list`` in database mode would pay.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -29,11 +31,11 @@ from queuemgr.cli.common import quantities
 from queuemgr.cli.errors import BadInput, CliError, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.core.resources import CPU, GPU, MEMORY
-from queuemgr.k8s.apiclient import ApiException, KubernetesUnavailable, kubeconfig_client
-from queuemgr.k8s.jobs import UnknownKind
-from queuemgr.k8s.manifest import ManifestError
-from queuemgr.k8s.tenant import TenantJobs, build_job, labelled, status
 from queuemgr.spec.knobs import parse_duration
+
+if TYPE_CHECKING:
+    from queuemgr.k8s.apiclient import ApiException
+    from queuemgr.k8s.tenant import TenantJobs
 
 KUBECONFIG_ENV = "QUEUEMGR_KUBECONFIG"
 MODE_ENV = "QUEUEMGR_MODE"
@@ -45,6 +47,9 @@ def enabled() -> bool:
 
 @contextmanager
 def jobs() -> Iterator[TenantJobs]:
+    from queuemgr.k8s.apiclient import ApiException, KubernetesUnavailable, kubeconfig_client
+    from queuemgr.k8s.tenant import TenantJobs
+
     path = os.environ.get(KUBECONFIG_ENV) or None
     try:
         api = kubeconfig_client(path)
@@ -70,6 +75,10 @@ def _refusal(exc: ApiException) -> str:
 
 
 def read_manifest(path: Path, namespace: str, queue: str | None) -> dict[str, Any]:
+    from queuemgr.k8s.jobs import UnknownKind
+    from queuemgr.k8s.manifest import ManifestError
+    from queuemgr.k8s.tenant import labelled
+
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -92,11 +101,15 @@ def submit(obj: dict[str, Any]) -> None:
 
 
 def list_docs(namespace: str | None) -> dict[str, Any]:
+    from queuemgr.k8s.tenant import status
+
     with jobs() as api:
         return {"workloads": [status(o) for o in api.list(namespace)]}
 
 
 def one(namespace: str, name: str) -> dict[str, Any]:
+    from queuemgr.k8s.tenant import status
+
     with jobs() as api:
         obj = api.get(namespace, name)
         names = [] if obj is not None else [o["metadata"]["name"] for o in api.list(namespace)]
@@ -140,6 +153,8 @@ def submit_job(
     quantities(tuple(items), "--gpus/--cpu/--memory")  # validated before anything is sent
     requests = {r: q for r, q in (i.split("=", 1) for i in items) if q not in ("0", "")}
     limit = None if max_runtime is None else parse_duration(max_runtime, "--max-runtime")
+    from queuemgr.k8s.tenant import build_job
+
     job = build_job(
         name=check_name(name, "--name", SUBDOMAIN),
         namespace=ns,

@@ -13,6 +13,7 @@ and nothing else is mixed into it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import sys
 from contextlib import ExitStack
@@ -21,18 +22,6 @@ from typing import IO
 
 import click
 
-from queuemgr.cli.apply import apply
-from queuemgr.cli.audit import audit
-from queuemgr.cli.completion import completion
-from queuemgr.cli.db import db
-from queuemgr.cli.demo import demo
-from queuemgr.cli.grants import grant, grants, revoke
-from queuemgr.cli.objects import cohort, flavor
-from queuemgr.cli.queues import cq, lq, queues
-from queuemgr.cli.quota import quota
-from queuemgr.cli.serve import serve
-from queuemgr.cli.usage import usage
-from queuemgr.cli.workloads import cancel, list_, status, submit, why
 from queuemgr.sim.engine import Engine
 from queuemgr.sim.report import EventWriter, print_table, summarize
 from queuemgr.sim.trace import MaxRuntimeRule, load_trace, parse_max_runtime_rule
@@ -44,19 +33,53 @@ EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 
 
-@click.group()
+# Each command's module, imported when the command runs (or help lists it): a
+# user's `why` or `list` should not wait for the service, the demo or the
+# Kubernetes client to be imported, which took about a second together.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "db": ("queuemgr.cli.db", "db"),
+    "serve": ("queuemgr.cli.serve", "serve"),
+    "completion": ("queuemgr.cli.completion", "completion"),
+    "demo": ("queuemgr.cli.demo", "demo"),
+    "apply": ("queuemgr.cli.apply", "apply"),
+    "cq": ("queuemgr.cli.queues", "cq"),
+    "lq": ("queuemgr.cli.queues", "lq"),
+    "cohort": ("queuemgr.cli.objects", "cohort"),
+    "flavor": ("queuemgr.cli.objects", "flavor"),
+    "quota": ("queuemgr.cli.quota", "quota"),
+    "queues": ("queuemgr.cli.queues", "queues"),
+    "usage": ("queuemgr.cli.usage", "usage"),
+    "audit": ("queuemgr.cli.audit", "audit"),
+    "grant": ("queuemgr.cli.grants", "grant"),
+    "revoke": ("queuemgr.cli.grants", "revoke"),
+    "grants": ("queuemgr.cli.grants", "grants"),
+    "submit": ("queuemgr.cli.workloads", "submit"),
+    "list": ("queuemgr.cli.workloads", "list_"),
+    "status": ("queuemgr.cli.workloads", "status"),
+    "why": ("queuemgr.cli.workloads", "why"),
+    "cancel": ("queuemgr.cli.workloads", "cancel"),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands (but ``simulate``, defined here) are imported on use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = LAZY_COMMANDS.get(cmd_name)
+        if found is None:
+            return super().get_command(ctx, cmd_name)
+        module, attr = found
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command) and command.name == cmd_name
+        return command
+
+
+@click.group(cls=LazyGroup)
 def main() -> None:
     """queuemgr: a queue-based, fair-share GPU quota manager."""
-
-
-main.add_command(db)
-main.add_command(serve)
-main.add_command(completion)
-main.add_command(demo)
-for _command in (apply, cq, lq, cohort, flavor, quota, queues, usage, audit, grant, revoke, grants):
-    main.add_command(_command)
-for _command in (submit, list_, status, why, cancel):
-    main.add_command(_command)
 
 
 @main.command()
