@@ -194,9 +194,8 @@ class JobSync(Worker):
                 changed.append(node)
         if not changed:
             return
-        with self._db.write() as conn:
-            for n in changed:  # a node that changed wakes the scheduler (store.config_objects)
-                store_config.upsert_node(conn, n, actor=ACTOR)
+        with self._db.write() as conn:  # a node that changed wakes the scheduler
+            store_config.upsert_nodes(conn, changed, actor=ACTOR)
         for n in changed:
             self._upserted[n.name] = n
 

@@ -57,8 +57,7 @@ def _seed_cluster(db: Database, config: ServiceConfig) -> list[Node]:
     with db.write() as conn:
         for f in cluster.flavors.values():
             store_config.upsert_flavor(conn, f, actor=actor)
-        for n in cluster.nodes.values():
-            store_config.upsert_node(conn, n, actor=actor)
+        store_config.upsert_nodes(conn, list(cluster.nodes.values()), actor=actor)
         for c in cluster.cohorts.values():  # fair sharing and ordering, as `apply` writes them
             store_config.upsert_cohort(conn, c, actor=actor)
         for cq in cluster.cluster_queues.values():

@@ -140,11 +140,56 @@ def upsert_flavor(conn: Connection, f: ResourceFlavor, *, actor: str) -> bool:
 
 
 def upsert_node(conn: Connection, n: Node, *, actor: str) -> bool:
+    """Create or update a node; True when something changed (and was audited)."""
+    return bool(upsert_nodes(conn, [n], actor=actor))
+
+
+def upsert_nodes(conn: Connection, nodes: Collection[Node], *, actor: str) -> list[str]:
+    """Create or update many nodes in a few statements; the names of those that changed.
+
+    Each change is audited as ``upsert_node`` audits it, and the scheduler is woken
+    once. A cluster of 10,000 nodes was upserted node by node at every start of the
+    service (a read, a savepoint and two writes each: 20 s of a 32 s start).
+    """
+    if not nodes:
+        return []
+    nodes = list({n.name: n for n in nodes}.values())  # one row may change once a statement
     with atomic(conn):
-        old = _one(conn, select(NodeRow.__table__).where(NodeRow.name == n.name))
-        before = None if old is None else codec.node_json(_node_of(old))
-        after = codec.node_json(n)
-        return _write(conn, NodeRow, "Node", n.name, before, after, actor=actor)
+        names = [n.name for n in nodes]
+        stored = {
+            r["name"]: codec.node_json(_node_of(r))
+            for r in _rows(conn, select(NodeRow.__table__).where(NodeRow.name.in_(names)))
+        }
+        changes = [
+            (n.name, stored.get(n.name), after)
+            for n in nodes
+            if (after := codec.node_json(n)) != stored.get(n.name)
+        ]
+        if not changes:
+            return []
+        stmt = pg_insert(NodeRow).values([after for _, _, after in changes])
+        columns = [c for c in changes[0][2] if c != "name"]
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[NodeRow.name], set_={c: stmt.excluded[c] for c in columns}
+            )
+        )
+        conn.execute(
+            insert(AuditLogRow),
+            [
+                {
+                    "actor": actor,
+                    "action": "create" if before is None else "update",
+                    "object_kind": "Node",
+                    "object_name": name,
+                    "before": before,
+                    "after": after,
+                }
+                for name, before, after in changes
+            ],
+        )
+        notify(conn, "config")
+        return [name for name, _, _ in changes]
 
 
 def retire_nodes(

@@ -15,6 +15,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     Cohort,
     CohortName,
+    NodeName,
     Ordering,
     PreemptionPolicy,
     QueueingStrategy,
@@ -26,6 +27,7 @@ from queuemgr.store.config_objects import (
     upsert_cluster_queue,
     upsert_cohort,
     upsert_node,
+    upsert_nodes,
 )
 from queuemgr.store.decisions import persist_decisions
 from queuemgr.store.handle import Database
@@ -112,6 +114,35 @@ def test_every_change_is_audited_with_before_after_and_role(engine: Engine) -> N
     assert len(_audit(engine)) == 7
     with engine.connect() as conn:
         assert load_config(conn)[0].cluster_queues[bigger.name] == bigger
+
+
+@pytest.mark.parametrize("batch", [1, 3], ids=["one-by-one", "in-one-call"])
+def test_many_nodes_upserted_at_once_are_audited_as_one_by_one(engine: Engine, batch: int) -> None:
+    # The service seeds a cluster file's nodes, and the Kubernetes sync writes the nodes
+    # that changed, in one call: the same rows and the same audit as a call per node.
+    seed_config(engine)
+    before = len(_audit(engine))
+    bigger = dataclasses.replace(NODES[1], allocatable={**NODES[1].allocatable, GPU: 16})
+    new = dataclasses.replace(NODES[0], name=NodeName("node-new"), labels={"gpu": "h100", "x": "y"})
+    wanted = [NODES[0], bigger, new]  # unchanged, changed, created
+    changed: list[str] = []
+    with engine.begin() as conn:
+        for i in range(0, len(wanted), batch):
+            changed += upsert_nodes(conn, wanted[i : i + batch], actor="os:bob")
+        assert upsert_nodes(conn, wanted, actor="os:bob") == []  # nothing left to change
+    assert changed == ["node-1", "node-new"]
+    rows = _audit(engine)[before:]
+    assert [(r.action, r.object_name, r.actor) for r in rows] == [
+        ("update", "node-1", "os:bob"),
+        ("create", "node-new", "os:bob"),
+    ]
+    assert rows[0].before["allocatable"][GPU] == 8
+    assert rows[0].after["allocatable"][GPU] == 16
+    with engine.connect() as conn:
+        nodes = load_config(conn)[0].nodes
+    assert nodes[NodeName("node-1")] == bigger
+    assert nodes[NodeName("node-new")] == new
+    assert nodes[NODES[0].name] == NODES[0]
 
 
 def test_preemption_min_runtime_round_trips_and_is_audited(engine: Engine) -> None:
