@@ -18,7 +18,7 @@ from queuemgr.store import codec
 from queuemgr.store.config_objects import upsert_cluster_queue, upsert_local_queue
 from queuemgr.store.leadership import NotLeader, holder_pid
 from queuemgr.store.transitions import evict, finish_workload, submit_workload
-from tests.integration.controller.helpers import make_loop, placements, states
+from tests.integration.controller.helpers import make_loop, placements, states, wait_for
 from tests.integration.store.helpers import CQ, GPU, gang, job, seed_config, seed_lenders
 
 pytestmark = pytest.mark.integration
@@ -427,9 +427,20 @@ def test_a_leader_that_lost_its_lock_records_no_finish(engine: Engine) -> None:
             pid = holder_pid(conn)
             conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
             conn.commit()
+        # pg_terminate_backend only signals: the session ends a moment later. The case
+        # under test is a session that has ended, so wait until it has.
+        wait_for(lambda: _backend_gone(engine, pid), timeout=10)
         backend.finish(WorkloadId("team-a/long-1"))  # what it saw before the pause
         with pytest.raises(NotLeader):
             loop.run_once()
         assert states(engine)["long-1"] == "Admitted"  # not finished by the stale leader
     finally:
         elector.stop()
+
+
+def _backend_gone(engine: Engine, pid: int) -> bool:
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+        ).scalar_one()
+    return found == 0
