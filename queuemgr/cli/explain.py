@@ -1,9 +1,14 @@
-"""The answer to "why is my job pending?", computed from a fresh scheduling cycle.
+"""The answer to "why is my job pending?": the leader's status board, or a cycle run here.
 
-Why it exists: the stored reason is only as fresh as the service's last
-cycle (and absent when no service runs). Running the pure ``schedule()`` on a
-snapshot loaded from the store gives the answer the next cycle would give,
-with the core's own reason codes, messages, positions and ETA.
+Why it exists: a pending workload's reason, positions and ETA come from a
+scheduling cycle. While a leader runs, its last cycle's answer is on the
+status board (``store.status_board``): one row and the few ahead of it, read
+by index, in milliseconds at any backlog. When no leader kept the board
+current (no service runs), the workload is newer than the last cycle, it
+holds a preemptor's claim or backs off, or the user asks (``--evaluate``),
+the pure ``schedule()`` runs here on a snapshot loaded from the store: the
+answer the next cycle would give, with the core's own reason codes, messages,
+positions and ETA. ``source`` in the document says which, ``as_of`` when.
 
 What must stay true: nothing is written (the decisions are discarded); the
 snapshot is loaded in one REPEATABLE READ transaction (``load_state``); the
@@ -20,6 +25,7 @@ workload backing off after a preemption says until when, and after how many.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,10 +45,15 @@ from queuemgr.store.handle import Database
 from queuemgr.store.leadership import leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
+from queuemgr.store.status_board import ahead, running_beside, standing
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 
 AHEAD = 5  # how many workloads ahead are listed; the count is always complete
+# A board older than this is no live leader's: a safety cycle refreshes it every few
+# seconds while one runs. ``why`` then evaluates a cycle itself.
+BOARD_FRESH_S = 30.0
+_REASONS = {r.value for r in PendingReason}
 
 NO_ETA_INADMISSIBLE = "it could not start even on an idle cluster"
 NO_ETA_PREEMPTING = (
@@ -149,10 +160,17 @@ def _base_doc(wid: WorkloadId, workload: dict[str, Any], now: float) -> dict[str
         "backoff": None,
         "scheduler": None,
         "evaluated_at": datetime.fromtimestamp(now, UTC).isoformat(),
+        # "board": the leader's last cycle, as of ``as_of``; "evaluated": a cycle run here.
+        "source": "evaluated",
+        "as_of": datetime.fromtimestamp(now, UTC).isoformat(),
     }
 
 
-def explain(db: Database, wid: WorkloadId, workload: dict[str, Any], *, now: float) -> Any:
+def explain(
+    db: Database, wid: WorkloadId, workload: dict[str, Any], *, now: float, evaluate: bool = False
+) -> Any:
+    """``why``'s document: from the leader's status board when it is current, else (or
+    with ``evaluate``) from a scheduling cycle evaluated here."""
     doc = _base_doc(wid, workload, now)
     if workload["state"] not in ("Pending", "Inadmissible"):
         doc["eta_reason"] = f"not queued: the workload is {workload['state']}"
@@ -166,6 +184,10 @@ def explain(db: Database, wid: WorkloadId, workload: dict[str, Any], *, now: flo
     # place as much as its own do: it reads them all, theirs under tokens.
     with db.read() as conn:
         as_tenant = rows_are_filtered(conn)
+    if not evaluate and not _backing_off(workload, now):
+        boarded = _from_board(db, doc, wid, workload, now, as_tenant=as_tenant)
+        if boarded is not None:
+            return boarded
     state = load_state(db, now=now, as_tenant=as_tenant)
     until = state.backing_off.get(wid)
     if until is not None:
@@ -182,6 +204,68 @@ def explain(db: Database, wid: WorkloadId, workload: dict[str, Any], *, now: flo
     policy, doc["scheduler"], usage = _policy(db, now, as_tenant=as_tenant)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
     return _evaluated(doc, state, schedule(snapshot, now), wid, now)
+
+
+def _backing_off(workload: dict[str, Any], now: float) -> bool:
+    at = workload.get("requeue_at")
+    return at is not None and datetime.fromisoformat(at).timestamp() > now
+
+
+def _from_board(
+    db: Database,
+    doc: dict[str, Any],
+    wid: WorkloadId,
+    workload: dict[str, Any],
+    now: float,
+    *,
+    as_tenant: bool,
+) -> dict[str, Any] | None:
+    """The answer from the leader's status board, None when the board cannot give it.
+
+    It cannot when no leader brought it up to date lately (no service runs, or
+    it is stuck), when the last cycle has not seen this workload yet, or when
+    the workload holds a preemptor's claim, whose victims' state the board
+    does not keep: those are evaluated here.
+    """
+    ns, _, name = wid.partition("/")
+    with db.read() as conn:
+        if as_tenant:
+            read_as_tenant(conn)
+        found = standing(conn, ns, name)
+        if found is None or found.claimed or now - found.at.timestamp() > BOARD_FRESH_S:
+            return None
+        entry = found.entry
+        cq = entry.cluster_queue
+        ahead_of = [] if cq is None else ahead(conn, cq, entry.position_in_queue, limit=AHEAD)
+        cohort, running = (None, []) if cq is None else running_beside(conn, cq)
+    policy, doc["scheduler"], _ = _policy(db, now, as_tenant=as_tenant)
+    del policy  # the leader decided; its record is shown
+    doc.update(
+        cluster_queue=cq,
+        position_in_local_queue=entry.position_in_local_queue,
+        position_in_cluster_queue=entry.position_in_queue if cq is not None else None,
+        as_of=found.at.isoformat(),
+        source="board",
+    )
+    reason = PendingReason(workload["reason"]) if workload["reason"] in _REASONS else None
+    _eta(doc, None if entry.eta is None else max(entry.eta, now), reason, now)
+    if cq is not None:
+        ends = [
+            (
+                None if r.max_runtime is None else r.admitted_at.timestamp() + r.max_runtime,
+                r.workload,
+                r.gpus,
+            )
+            for r in running
+        ]
+        scope = f"cohort {cohort}" if cohort else f"cluster queue {cq}"
+        doc["frees_up"] = _frees_up_doc(scope, ends, int(workload.get("gpus") or 0), now)
+        doc["ahead_count"] = max(entry.position_in_queue - 1, 0)
+        doc["ahead"] = [
+            {"workload": a.workload, "position": a.position, "reason": a.reason, "gpus": a.gpus}
+            for a in ahead_of
+        ]
+    return doc
 
 
 def _stopped(
@@ -246,7 +330,7 @@ def _evaluated(
     return doc
 
 
-def _eta(doc: dict[str, Any], eta: float | None, reason: PendingReason, now: float) -> None:
+def _eta(doc: dict[str, Any], eta: float | None, reason: PendingReason | None, now: float) -> None:
     if eta is not None:
         doc["eta"] = datetime.fromtimestamp(eta, UTC).isoformat()
         doc["eta_in_s"] = max(eta - now, 0.0)
@@ -282,24 +366,31 @@ def _ahead(
 
 
 def _frees_up(state: StoredState, cq: str, wid: WorkloadId, now: float) -> dict[str, Any]:
-    """Which admitted workloads of its cohort (or queue) end first, by declared max runtime.
-
-    Listed in end order until they free as many GPUs as the workload needs: what must
-    free up for it, when nothing else changes.
-    """
+    """Which admitted workloads of its cohort (or queue) end first, by declared max runtime."""
     config = state.config
     mine = config.cluster_queues.get(ClusterQueueName(cq))
     cohort = None if mine is None else mine.cohort
     members = {c.name for c in config.cluster_queues.values() if cohort and c.cohort == cohort}
     members = members or {ClusterQueueName(cq)}
+    running = [
+        (
+            None if a.workload.max_runtime is None else a.admitted_at + a.workload.max_runtime,
+            a.workload.id,
+            a.workload.gpus,
+        )
+        for a in state.admitted
+        if a.admission.cluster_queue in members
+    ]
     scope = f"cohort {cohort}" if cohort else f"cluster queue {cq}"
-    running = [a for a in state.admitted if a.admission.cluster_queue in members]
-    ends = sorted(
-        (a.admitted_at + a.workload.max_runtime, a.workload.id, a.workload.gpus)
-        for a in running
-        if a.workload.max_runtime is not None
-    )
-    need = _gpus(state, wid)
+    return _frees_up_doc(scope, running, _gpus(state, wid), now)
+
+
+def _frees_up_doc(
+    scope: str, running: Sequence[tuple[float | None, str, int]], need: int, now: float
+) -> dict[str, Any]:
+    """Listed in end order until they free as many GPUs as the workload needs: what must
+    free up for it, when nothing else changes. ``running``: (declared end, id, GPUs)."""
+    ends = sorted((end, other, gpus) for end, other, gpus in running if end is not None)
     ending: list[dict[str, Any]] = []
     freed, horizon = 0, now
     for end, other, gpus in ends:
@@ -361,6 +452,8 @@ def print_why(d: dict[str, Any]) -> None:
                 f"{', '.join(claim['victims'])} (still running: {running})",
             )
         )
+    if d.get("source") == "board":
+        pairs.append(("As of", f"{d['as_of']} (the leader's last cycle)"))
     backoff = d.get("backoff")
     if backoff is not None:
         pairs.append(

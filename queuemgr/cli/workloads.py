@@ -322,9 +322,14 @@ def _status_fields(d: dict[str, Any]) -> None:
 @click.command("why")
 @click.argument("name", shell_complete=complete_workload)
 @namespace_option
+@click.option(
+    "--evaluate",
+    is_flag=True,
+    help="Run a scheduling cycle here instead of reading the leader's last one.",
+)
 @output_option
 @handled
-def why(name: str, namespace: str | None, output: str) -> None:
+def why(name: str, namespace: str | None, evaluate: bool, output: str) -> None:
     """Why workload NAME is pending: reason, positions, ETA, who is ahead (writes nothing)."""
     ns = namespace_of(namespace)
     if kube.enabled():  # the controller's answer, as written on the job
@@ -333,7 +338,9 @@ def why(name: str, namespace: str | None, output: str) -> None:
     with database() as db:
         with db.read() as conn:
             info = _one(conn, ns, name)
-        doc = explain(db, WorkloadId(f"{ns}/{name}"), workload_doc(info), now=time.time())
+        doc = explain(
+            db, WorkloadId(f"{ns}/{name}"), workload_doc(info), now=time.time(), evaluate=evaluate
+        )
     emit(doc, output, print_why)
 
 

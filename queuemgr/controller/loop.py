@@ -35,11 +35,12 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 
+from queuemgr.controller.board import BoardKeeper
 from queuemgr.controller.eta import EtaTracker
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import Clock, ClusterBackend
@@ -60,6 +61,7 @@ from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads
 from queuemgr.store.state import StoredState
+from queuemgr.store.status_board import write_board
 from queuemgr.store.transitions import evict, finish_many, requeue_workload
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
 from queuemgr.store.workloads import StateConflict
@@ -81,6 +83,7 @@ class CycleReport:
     phases: Mapping[str, float] = field(default_factory=dict)
     cpu: Mapping[str, float] = field(default_factory=dict)
     statuses_written: int = 0  # pending reasons whose row the cycle updated
+    board_written: int = 0  # status board rows the cycle wrote or deleted
 
 
 def _held_by_queue(
@@ -145,6 +148,8 @@ class SchedulerLoop:
         self._starter: ThreadPoolExecutor | None = None  # made for the first concurrent starts
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
+        self._board = BoardKeeper()  # what the status board holds
+        self._board_written = 0  # by the last commit
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -193,10 +198,9 @@ class SchedulerLoop:
         decisions = schedule(snapshot, now)
         phases.done("schedule")
         duration = phases.wall["schedule"]
-        # Comparing every pending reason with the stored one costs O(backlog): a cycle
-        # writes the first reason of new workloads, the safety cycle refreshes the rest.
-        only = None if safety else self._mirror.unjudged()
-        persisted = self._commit(token, decisions, state, now, messages=safety, only=only)
+        # Every pending workload's reason and message, and its place on the status board,
+        # are compared with what the store holds; only what changed is written.
+        persisted = self._commit(token, decisions, state, now)
         self._mirror.committed(decisions, persisted, now=now)
         phases.done("commit")
         # Charged from now on: the next cycle's advance bills this holding.
@@ -229,6 +233,7 @@ class SchedulerLoop:
             - len(decisions.admitted),
             duration_s=duration,
             statuses_written=persisted.statuses_written,
+            board_written=self._board_written,
             phases=phases.wall,
             cpu=phases.cpu,
         )
@@ -239,25 +244,24 @@ class SchedulerLoop:
         d: Decisions,
         state: StoredState,
         now: float,
-        *,
-        messages: bool = True,
-        only: Collection[WorkloadId] | None = None,
     ) -> Persisted:
-        # A new reason is written at once; a message whose numbers alone moved waits for
-        # the next safety cycle, or every busy cycle would rewrite the whole backlog.
         with self._db.write() as conn:
             fence(conn, token)
+            # Where every workload left pending stands, in the same transaction as the
+            # admissions that moved them: the board never shows an uncommitted cycle.
+            board = self._board.diff(conn, d.pending, self._mirror.row_ids(), now=now)
+            write_board(conn, board.changed, board.gone, now=now)
             persisted = persist_decisions(
                 conn,
                 d,
                 now=now,
                 previous=state.statuses,
-                messages=messages,
-                only=only,
                 ids=self._mirror.row_ids(),
             )
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
+        self._board.written(board)
+        self._board_written = len(board.changed) + len(board.gone)
         return persisted
 
     def _record_finished(self, token: LeaderToken, now: float) -> list[WorkloadId]:
@@ -364,6 +368,7 @@ class SchedulerLoop:
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
+        self._board.reset()
         state = self._mirror.refresh(self._db, now=self._clock.now())
         with self._db.read() as conn:
             victims = evicted_workloads(conn)

@@ -43,7 +43,6 @@ from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, admitted_requests
-from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import codec
 from queuemgr.store.config_objects import load_config
 from queuemgr.store.decisions import Persisted
@@ -83,7 +82,6 @@ SELECT coalesce(array_agg(id), '{}'), coalesce(array_agg(version), '{}') FROM (
 """)
 
 
-_VERDICTS = frozenset(r.value for r in PendingReason)  # the reasons a cycle writes
 
 
 class StateMirror:
@@ -96,7 +94,6 @@ class StateMirror:
         self._versions: dict[int, int] = {}  # row id -> the version of self._rows[id]
         self._ids: dict[WorkloadId, int] = {}
         self._statuses: dict[WorkloadId, Status] = {}  # of the queued rows, as stored
-        self._unjudged: set[WorkloadId] = set()  # queued rows with no verdict stored yet
         # What the admitted workloads hold, per LocalQueue (namespace, name).
         self._held: dict[tuple[str, str], dict[ResourceName, int]] = {}
         self._fingerprint: str | None = None
@@ -110,10 +107,6 @@ class StateMirror:
         self._stopping: frozenset[WorkloadId] = frozenset()
         self._now = 0.0  # the last refresh's
         self.rows_read = 0  # full rows the last refresh read
-
-    def unjudged(self) -> frozenset[WorkloadId]:
-        """Queued workloads whose stored reason is no verdict yet (new, or requeued)."""
-        return frozenset(self._unjudged)
 
     def row_ids(self) -> Mapping[WorkloadId, int]:
         """Each live workload's row id (a read-only view, valid until the next change)."""
@@ -229,7 +222,6 @@ class StateMirror:
             self._hold(row.admitted, -1)
         else:
             self._statuses.pop(wid, None)
-            self._unjudged.discard(wid)
         self._claims.pop(row.id, None)
         backing_off = self._backing_off.pop(row.id, None) is not None
         if self._cache is None:
@@ -241,10 +233,6 @@ class StateMirror:
 
     def _set_status(self, wid: WorkloadId, status: Status) -> None:
         self._statuses[wid] = status
-        if status[1] in _VERDICTS:
-            self._unjudged.discard(wid)
-        else:
-            self._unjudged.add(wid)
 
     def _cache_add(self, row: LiveRow) -> None:
         if self._cache is None or self._config is None:

@@ -231,6 +231,35 @@ class PlacementRow(Base):
     count: Mapped[int] = mapped_column(Integer)
 
 
+class PendingStatusRow(Base):
+    """Where a pending workload stands, as the leader's last cycle saw it (``why``, lists).
+
+    Positions move for everyone behind an admission, so they live beside the
+    workload row, not in it: writing them leaves ``workloads.version`` alone, and
+    the leader writes only the rows that changed (store/status_board.py).
+    """
+
+    __tablename__ = "pending_statuses"
+    __table_args__ = (Index("ix_pending_statuses_queue", "cluster_queue", "position_in_queue"),)
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    cluster_queue: Mapped[str | None] = mapped_column(Text)  # NULL: its LocalQueue routes nowhere
+    position_in_local_queue: Mapped[int] = mapped_column(Integer)
+    position_in_queue: Mapped[int] = mapped_column(Integer)  # in its ClusterQueue; 0 if none
+    # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
+    # ahead of it allow), NULL for unknown or never.
+    eta: Mapped[float | None] = mapped_column(Double)
+
+
+class StatusBoardRow(Base):
+    """When the leader last brought ``pending_statuses`` up to date: one row."""
+
+    __tablename__ = "status_board"
+    name: Mapped[str] = mapped_column(Text, primary_key=True)  # "leader"
+    at: Mapped[datetime]
+
+
 class AuditLogRow(Base):
     __tablename__ = "audit_log"
     __table_args__ = (Index("ix_audit_log_object", "object_kind", "object_name", "at"),)

@@ -30,6 +30,8 @@ WHY_KEYS = {
     "backoff",
     "scheduler",
     "evaluated_at",
+    "source",
+    "as_of",
 }
 WORKLOAD_KEYS = {
     "namespace",
