@@ -27,7 +27,13 @@ from queuemgr.core.node_topology import FreeIndex, build_free_index, reindex
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import QueueBook
 from queuemgr.core.resources import ResourceName, Resources
-from queuemgr.core.snapshot import Config, MutableUsage, Snapshot, admitted_requests
+from queuemgr.core.snapshot import (
+    Config,
+    CycleMemo,
+    MutableUsage,
+    Snapshot,
+    admitted_requests,
+)
 
 _Admitted = dict[WorkloadId, AdmittedWorkload]
 
@@ -48,6 +54,7 @@ class Cache:
         # Copies handed to snapshots, reused until the admitted set changes.
         self._frozen: tuple[MutableUsage, dict[NodeName, Resources], _Admitted, FreeIndex] | None
         self._frozen = None
+        self._memo = CycleMemo()  # handed to every snapshot (set_config makes a new one)
         self._admitted: dict[WorkloadId, AdmittedWorkload] = {}
         self._pending: dict[WorkloadId, Workload] = {}
         # None holds the workloads no ClusterQueue takes (see Config.queue_for).
@@ -164,4 +171,5 @@ class Cache:
             unroutable=list(unroutable.view()) if unroutable is not None else [],
             node_index=index,
             policy=self._policy,
+            memo=self._memo,
         )

@@ -13,15 +13,26 @@ each side is worked out once where it is shared: the nodes per (flavor, shape), 
 every queue; the quota per (queue, flavor, shape, whether it may borrow), walking only
 its cohort's releases.
 
+The service keeps every pending workload's ETA current, so it asks for all of them
+every cycle, and most cycles change nothing the ETAs depend on. Both sides' answers are
+positions on the timeline of releases, not times, so they stay true as the clock moves
+until a run passes its declared end; they are carried to the next cycle of the same
+cache (``Snapshot.memo``) and reused when that cycle's inputs are the very same objects:
+config, usage, free capacity and admitted set (the cache hands out the same ones until
+something is admitted or released), the same admissions and evictions of the cycle, the
+same claims and stopping victims, and a timeline of the same runs.
+
 What must stay true: ``Etas.start(cq, w)`` equals ``Planner.reserve(cq, w, ...).start``
 on the same cycle state, for every pending pair (tests/unit/core/test_eta.py checks it on
-random worlds); a gang the pod counter cannot follow (several pod sets, topology) is
-planned by ``Planner.reserve`` itself.
+random worlds), whether or not the answers were carried from an earlier cycle; a gang
+the pod counter cannot follow (several pod sets, topology) is planned by
+``Planner.reserve`` itself, never carried.
 """
 
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Mapping, Sequence
 
 from queuemgr.core.model import (
@@ -37,10 +48,39 @@ from queuemgr.core.model import (
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reservations import Planner
 from queuemgr.core.snapshot import Snapshot
-from queuemgr.core.timeline import PodCounter
+from queuemgr.core.timeline import PodCounter, Timeline
 
 # Releases are grouped by the quota they touch: a cohort's, or a queue's of no cohort.
 _Pool = tuple[CohortName | None, ClusterQueueName | None, FlavorName]
+_QuotaKey = tuple[ClusterQueueName, FlavorName, ShapeId, bool]
+_NodesKey = tuple[FlavorName, ShapeId]
+
+
+class _Carried:
+    """Both sides' answers of one cycle, with everything they were computed from."""
+
+    __slots__ = ("inputs", "known", "nodes", "quota", "rest", "unknown")
+
+    def __init__(
+        self, inputs: tuple[object, ...], rest: tuple[object, ...], line: Timeline
+    ) -> None:
+        self.inputs = inputs  # held, so that no other object can take their ids
+        self.rest = rest
+        self.known = line.known
+        self.unknown = line.unknown
+        self.quota: dict[_QuotaKey, int | None] = {}
+        self.nodes: dict[_NodesKey, int | None] = {}
+
+    def holds_for(
+        self, inputs: tuple[object, ...], rest: tuple[object, ...], line: Timeline
+    ) -> bool:
+        return (
+            all(map(operator.is_, self.inputs, inputs))
+            and self.rest == rest
+            and self.unknown == line.unknown
+            and len(self.known) == len(line.known)
+            and all(map(operator.is_, self.known, line.known))
+        )
 
 
 class Etas:
@@ -61,15 +101,24 @@ class Etas:
         self._now = now
         line = planner.timeline(admitted_now, evicted, now)
         self._known, self._ends = line.known, line.ends
-        # For each release, the index just past its group of equal ends: the planner
-        # looks again only once a whole group has gone.
-        ends = self._ends
-        self._group_end = [bisect.bisect_right(ends, end) for end in ends]
+        self._group_end_list: list[int] | None = None
         self._pools: dict[_Pool, list[int]] | None = None
         self._ledger: QuotaLedger | None = None
-        self._nodes: dict[tuple[FlavorName, ShapeId], int | None] = {}
-        self._quota: dict[tuple[ClusterQueueName, FlavorName, ShapeId, bool], int | None] = {}
         self._starts: dict[tuple[ClusterQueueName, ShapeId, bool], float | None] = {}
+        s = snapshot
+        inputs = (s.config, s.usage, s.node_free, s.admitted, s.node_index)
+        rest = (
+            tuple(a.workload.id for a in admitted_now),
+            frozenset(evicted),
+            s.stopping,
+            dict(s.claims),
+        )
+        carried = None if s.memo is None else s.memo.etas
+        if not isinstance(carried, _Carried) or not carried.holds_for(inputs, rest, line):
+            carried = _Carried(inputs, rest, line)
+            if s.memo is not None:
+                s.memo.etas = carried
+        self._nodes, self._quota = carried.nodes, carried.quota
 
     def start(self, cq: ClusterQueue, w: Workload) -> float | None:
         """When ``w``'s shape first fits ``cq``'s quota and the nodes, None if never known."""
@@ -147,6 +196,15 @@ class Etas:
             k = nxt
         self._nodes[key] = k
         return k
+
+    @property
+    def _group_end(self) -> list[int]:
+        """For each release, the index just past its group of equal ends: the planner
+        looks again only once a whole group has gone. Made when first walked."""
+        if self._group_end_list is None:
+            ends = self._ends
+            self._group_end_list = [bisect.bisect_right(ends, end) for end in ends]
+        return self._group_end_list
 
     def _releases(self) -> dict[_Pool, list[int]]:
         """The timeline's indices, per quota pool they release into, in order."""

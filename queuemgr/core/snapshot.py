@@ -117,6 +117,20 @@ class Config:
         return name if cq is not None and cq.admits_namespace(w.namespace) else None
 
 
+class CycleMemo:
+    """What one cycle worked out that the next may reuse, under the inputs it came from.
+
+    The incremental cache hands the same memo to every snapshot it makes; whoever
+    stores a result here stores with it what it was computed from, and reuses it
+    only when that is the same, so a memo never changes a decision (core.eta).
+    """
+
+    __slots__ = ("etas",)
+
+    def __init__(self) -> None:
+        self.etas: object | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Snapshot:
     """One cycle's input, built by :func:`build_snapshot` or by the incremental cache."""
@@ -140,6 +154,8 @@ class Snapshot:
     # whose pods have not stopped yet (they hold no quota here; a claim holds it).
     claims: Mapping[WorkloadId, Claim] = field(default_factory=dict)
     stopping: frozenset[WorkloadId] = frozenset()
+    # Results of the previous cycle on the same cache, reused where their inputs held.
+    memo: CycleMemo | None = field(default=None, compare=False, repr=False)
 
 
 MutableUsage = dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]]

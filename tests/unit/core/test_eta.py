@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import Cycle
 from queuemgr.core.eta import Etas
-from queuemgr.core.model import Cohort, CohortName
+from queuemgr.core.model import Cohort, CohortName, WorkloadId
 from queuemgr.core.policy import SchedulerPolicy
+from queuemgr.core.reservations import Planner
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.sim.engine import Engine
 from tests import worlds
@@ -109,3 +113,33 @@ def test_a_shape_that_may_borrow_and_one_that_may_not_get_their_own_etas() -> No
     b = snapshot.config.cluster_queues["b"]
     assert short.shape == long.shape
     assert (etas.start(b, short), etas.start(b, long)) == (100.0, None)
+
+
+def test_a_quiet_cycle_reuses_the_last_cycles_answers_and_a_change_does_not() -> None:
+    world = _two_cohorts_and_a_lone_queue()
+    world.submit(make_workload("w").ns("b").gpus(8))
+    cache = Cache(world.config())
+    for a in world.admitted:
+        cache.add_admitted(a)
+    for w in world.pending:
+        cache.add_pending(w)
+    b = world.config().cluster_queues["b"]
+    (w,) = world.pending
+
+    def etas(now: float) -> Etas:
+        snapshot = cache.snapshot()
+        made = Etas(Planner(snapshot), snapshot, (), {}, now)
+        fresh = dataclasses.replace(snapshot, memo=None)
+        assert made.start(b, w) == Etas(Planner(fresh), fresh, (), {}, now).start(b, w)
+        return made
+
+    first = etas(10.0)
+    assert first.start(b, w) == 100.0  # once a's run ends
+    quiet = etas(20.0)  # nothing admitted or released in between
+    assert quiet._quota is first._quota and quiet._nodes is first._nodes
+    cache.add_pending(make_workload("later").ns("c").gpus(8).build())  # pending only
+    assert etas(30.0)._quota is first._quota
+    cache.remove_admitted(WorkloadId("c/run1"))  # a release: usage and the timeline move
+    assert etas(40.0)._quota is not first._quota
+    after = etas(50.0)
+    assert etas(150.0)._quota is not after._quota  # run0's declared end has passed
