@@ -82,8 +82,6 @@ SELECT coalesce(array_agg(id), '{}'), coalesce(array_agg(version), '{}') FROM (
 """)
 
 
-
-
 class StateMirror:
     def __init__(self) -> None:
         self.reset()
