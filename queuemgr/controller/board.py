@@ -35,6 +35,7 @@ class BoardChange:
     changed: Mapping[int, BoardEntry]  # by workload row id
     gone: tuple[int, ...]
     after: dict[int, _Entry]  # the whole board once written
+    etas: Mapping[WorkloadId, float | None]  # every pending workload's, as computed
 
 
 class BoardKeeper:
@@ -61,7 +62,9 @@ class BoardKeeper:
             }
         after: dict[int, _Entry] = {}
         changed: dict[int, BoardEntry] = {}
+        etas: dict[WorkloadId, float | None] = {}
         for wid, cq, lq_pos, cq_pos, eta in statuses.standings():
+            etas[wid] = eta
             rid = row_ids.get(wid)
             if rid is None:  # not a stored row (a test's or a racing submission's)
                 continue
@@ -77,7 +80,7 @@ class BoardKeeper:
                     eta=eta,
                 )
         gone = tuple(rid for rid in held if rid not in after)
-        return BoardChange(changed=changed, gone=gone, after=after)
+        return BoardChange(changed=changed, gone=gone, after=after, etas=etas)
 
     def written(self, change: BoardChange) -> None:
         self._held = change.after

@@ -2,8 +2,9 @@
 
 Why it exists: an ETA is only worth showing if it is roughly right, and the
 ``queuemgr_eta_error_seconds`` histogram (and its alert) is how admins know.
-The loop hands each cycle's pending workloads and decisions to an
-:class:`EtaTracker`; it remembers the first ETA each workload was given and,
+The loop hands each cycle's admissions and the ETA of every workload left
+pending (the status board computes them all) to an :class:`EtaTracker`; it
+remembers the first ETA each workload was given and,
 when the workload is admitted, yields (predicted, actual) for the metric.
 
 What must stay true: a workload's prediction is the one of the first cycle
@@ -15,10 +16,9 @@ no longer pending (cancelled, finished) at the next cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from queuemgr.core.model import Workload, WorkloadId
-from queuemgr.core.reasons import Decisions
+from queuemgr.core.model import AdmittedWorkload, WorkloadId
 
 
 class EtaTracker:
@@ -26,20 +26,23 @@ class EtaTracker:
         self._predicted: dict[WorkloadId, float | None] = {}
 
     def observe(
-        self, pending: Iterable[Workload], decisions: Decisions, now: float
+        self,
+        admitted: Iterable[AdmittedWorkload],
+        etas: Mapping[WorkloadId, float | None],
+        now: float,
     ) -> list[tuple[float, float]]:
-        """(predicted start, actual start) of this cycle's admissions that had an ETA."""
+        """(predicted start, actual start) of this cycle's admissions that had an ETA.
+
+        ``etas``: the ETA of every workload the cycle left pending.
+        """
         measured: list[tuple[float, float]] = []
-        for a in decisions.admitted:
+        for a in admitted:
             predicted = self._predicted.pop(a.workload.id, None)
             if predicted is not None:
                 measured.append((predicted, now))
-        still = {w.id for w in pending}
-        statuses = decisions.pending
-        for wid in still - self._predicted.keys():
-            if wid in statuses:
-                self._predicted[wid] = statuses.eta_by_id(wid)
-        for gone in self._predicted.keys() - still:
+        for wid in etas.keys() - self._predicted.keys():
+            self._predicted[wid] = etas[wid]
+        for gone in self._predicted.keys() - etas.keys():
             del self._predicted[gone]
         return measured
 

@@ -150,6 +150,7 @@ class SchedulerLoop:
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
         self._board = BoardKeeper()  # what the status board holds
         self._board_written = 0  # by the last commit
+        self._etas: Mapping[WorkloadId, float | None] = {}  # of the last commit's pending
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -217,7 +218,7 @@ class SchedulerLoop:
             started = self._gauges.now()
             self._metrics.set_gauges(snapshot, decisions, state.backing_off_workloads)
             self._gauges.refreshed(started)
-        for predicted, actual in self._eta.observe(state.pending, decisions, now):
+        for predicted, actual in self._eta.observe(decisions.admitted, self._etas, now):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
         if finished or victims:
@@ -262,6 +263,7 @@ class SchedulerLoop:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
         self._board.written(board)
         self._board_written = len(board.changed) + len(board.gone)
+        self._etas = board.etas
         return persisted
 
     def _record_finished(self, token: LeaderToken, now: float) -> list[WorkloadId]:
