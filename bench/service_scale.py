@@ -13,7 +13,10 @@ real service starts here (simulated backend) and:
   state of a service with a 100,000-workload backlog;
 - then ``queuemgr why`` runs as a user runs it (a new process, on the same
   database, while the service runs) for a few of the pending workloads: its
-  wall time, start-up included.
+  wall time, start-up included;
+- last, the service stops and a new one starts on the same database, as at a
+  failover or an upgrade: the config, every reason and the status board are
+  there already. Its start to its first cycle done is timed too.
 
 Every cycle is split into its phases from the loop's CycleReport (wall
 milliseconds), with the CPU time of the loop's thread.
@@ -177,6 +180,15 @@ def main() -> None:
             whys = time_why(url, engine, args.pending)
         finally:
             service.stop()
+        # A restart: the config, the reasons and the status board are in the store,
+        # as after any failover or upgrade.
+        try:
+            started = time.monotonic()
+            again, again_log = start_service(url, cluster, first_cycle_timeout=1800)
+            warm = time.monotonic() - started
+            restart = again_log.reports[0]
+            again.stop()
+        finally:
             engine.dispose()
     print(
         f"{args.pending} pending, {args.queues} ClusterQueues, {args.nodes} nodes; after the first "
@@ -195,7 +207,12 @@ def main() -> None:
     if any(totals):
         best, median = best_median(totals)
         print(f"steady cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
-    print(f"service start to first cycle done: {cold:.1f} s")
+    line, _ = phase_line(f"after a restart, {len(restart.admitted)} adm.", restart, warm)
+    print(line)
+    print(
+        f"service start to first cycle done: {cold:.1f} s at the first start (it creates the"
+        f" cluster file's config), {warm:.1f} s at a restart"
+    )
     for wid, took in whys:
         print(f"queuemgr why {wid}: {took:.2f} s (a new process, start-up included)")
     if whys:

@@ -44,7 +44,7 @@ from queuemgr.store import codec, migrate
 from queuemgr.store.database import create_engine, resolve_url
 
 GPU, CPU, MEMORY = "nvidia.com/gpu", "cpu", "memory"
-PHASES = ("finish", "load", "safety", "schedule", "commit", "apply", "observe")
+PHASES = ("finish", "load", "safety", "schedule", "commit", "apply", "observe", "heap")
 GIB = 2**30
 
 

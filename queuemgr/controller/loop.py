@@ -42,6 +42,7 @@ from functools import partial
 
 from queuemgr.controller.board import BoardKeeper
 from queuemgr.controller.eta import EtaTracker
+from queuemgr.controller.heap import HeapKeeper
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import Clock, ClusterBackend
 from queuemgr.core.cycle import schedule
@@ -125,6 +126,7 @@ class SchedulerLoop:
         policy: SchedulerPolicy = SERVICE_POLICY,
         safety_interval: float = 5.0,
         on_cycle: Callable[[Decisions, float], None] | None = None,
+        freeze_heap: bool = False,
     ) -> None:
         if policy.preemptor_admission is not PreemptorAdmission.AFTER_VICTIMS_STOP:
             raise ValueError("the service admits a preemptor only after its victims stopped")
@@ -138,6 +140,8 @@ class SchedulerLoop:
         self._policy = policy
         self._safety_interval = safety_interval
         self._on_cycle = on_cycle  # after each applied cycle (the Kubernetes status write-back)
+        # The service's own process: its long-lived rows kept out of full collections.
+        self._heap = HeapKeeper() if freeze_heap else None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._safety_due = True
@@ -221,6 +225,8 @@ class SchedulerLoop:
         for predicted, actual in self._eta.observe(decisions.admitted, self._etas, now):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
+        if self._heap is not None and self._heap.after_cycle(self._mirror.rows_read, now):
+            phases.done("heap")
         if finished or victims:
             self._wake.set()  # freed capacity or requeued victims: schedule again now
         self.cycles += 1
@@ -411,6 +417,8 @@ class SchedulerLoop:
             self._thread.join(timeout=10)
         if self._starter is not None:
             self._starter.shutdown(wait=False, cancel_futures=True)
+        if self._heap is not None:
+            self._heap.release()
 
     @property
     def running(self) -> bool:

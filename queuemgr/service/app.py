@@ -60,10 +60,8 @@ def _seed_cluster(db: Database, config: ServiceConfig) -> list[Node]:
         store_config.upsert_nodes(conn, list(cluster.nodes.values()), actor=actor)
         for c in cluster.cohorts.values():  # fair sharing and ordering, as `apply` writes them
             store_config.upsert_cohort(conn, c, actor=actor)
-        for cq in cluster.cluster_queues.values():
-            store_config.upsert_cluster_queue(conn, cq, actor=actor)
-        for lq in cluster.local_queues.values():
-            store_config.upsert_local_queue(conn, lq, actor=actor)
+        store_config.upsert_cluster_queues(conn, list(cluster.cluster_queues.values()), actor=actor)
+        store_config.upsert_local_queues(conn, list(cluster.local_queues.values()), actor=actor)
     return list(cluster.nodes.values())
 
 
@@ -125,6 +123,7 @@ class Service:
             policy=config.policy,
             safety_interval=config.cycle_interval,
             on_cycle=self._observe_cycle,
+            freeze_heap=True,
         )
         if self.kube is not None:
             self.kube.attach(self.elector, self.metrics)

@@ -15,6 +15,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     Cohort,
     CohortName,
+    LocalQueue,
     NodeName,
     Ordering,
     PreemptionPolicy,
@@ -26,6 +27,8 @@ from queuemgr.store.config_objects import (
     retire_nodes,
     upsert_cluster_queue,
     upsert_cohort,
+    upsert_cluster_queues,
+    upsert_local_queues,
     upsert_node,
     upsert_nodes,
 )
@@ -143,6 +146,31 @@ def test_many_nodes_upserted_at_once_are_audited_as_one_by_one(engine: Engine, b
     assert nodes[NodeName("node-1")] == bigger
     assert nodes[NodeName("node-new")] == new
     assert nodes[NODES[0].name] == NODES[0]
+
+
+def test_bulk_queue_upserts_write_only_what_changed(engine: Engine) -> None:
+    seed_config(engine)  # team-a and its LocalQueue
+    second = dataclasses.replace(CQ, name=ClusterQueueName("team-b"), cohort=None)
+    lq_b = LocalQueue(namespace="team-b", name="default", cluster_queue=second.name)
+    before = len(_audit(engine))
+    with engine.begin() as conn:
+        assert upsert_cluster_queues(conn, [CQ, second], actor="os:bob") == ["team-b"]
+        assert upsert_local_queues(conn, [LQ, lq_b], actor="os:bob") == 1
+        assert upsert_cluster_queues(conn, [CQ, second], actor="os:bob") == []
+        assert upsert_local_queues(conn, [LQ, lq_b], actor="os:bob") == 0
+        smaller = dataclasses.replace(
+            CQ, flavors=(dataclasses.replace(CQ.flavors[0], nominal={GPU: 8}),)
+        )
+        assert upsert_cluster_queues(conn, [smaller, second], actor="os:bob") == ["team-a"]
+    rows = _audit(engine)[before:]
+    assert [(r.action, r.object_kind, r.object_name) for r in rows] == [
+        ("create", "ClusterQueue", "team-b"),
+        ("create", "LocalQueue", "team-b/default"),
+        ("update", "ClusterQueue", "team-a"),
+    ]
+    with engine.connect() as conn:
+        config = load_config(conn)[0]
+    assert config.cluster_queues == {CQ.name: smaller, second.name: second}
 
 
 def test_preemption_min_runtime_round_trips_and_is_audited(engine: Engine) -> None:
