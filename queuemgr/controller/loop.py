@@ -373,6 +373,8 @@ class SchedulerLoop:
 
     def _adopt(self, token: LeaderToken) -> None:
         """New leadership: run what the store says is admitted, finish what it evicted."""
+        if self._heap is not None:
+            self._heap.pause()  # until the first cycle's freeze: every row is read now
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile

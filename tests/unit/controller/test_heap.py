@@ -36,3 +36,14 @@ def test_release_hands_everything_back(keeper: HeapKeeper) -> None:
     keeper.release()
     assert gc.get_freeze_count() == 0
     assert keeper.after_cycle(0, 1.0)  # known as never frozen again
+
+
+def test_a_pause_lasts_until_the_next_freeze(keeper: HeapKeeper) -> None:
+    keeper.after_cycle(0, 0.0)
+    keeper.pause()
+    assert not gc.isenabled()
+    assert keeper.after_cycle(0, 1.0)  # the cycle after a pause always freezes
+    assert gc.isenabled()
+    keeper.pause()
+    keeper.release()
+    assert gc.isenabled()
