@@ -6,7 +6,9 @@ the one quota-sized Node) and the queues in Postgres, the watch that feeds
 the runner, stopping ``queuemgr serve`` and reading its rusage, and the
 readings before and after the stream (the apiserver's
 ``apiserver_request_total``, Postgres's CPU, ``/proc/stat``), plus
-queuemgr's own ``/metrics`` and rows.
+queuemgr's own ``/metrics`` and rows. ``run_kueue.py`` reads the request
+counts of Kueue's apiserver with the same ``api_requests`` and ``by_verb``,
+so both sides' counts are split alike.
 
 What must stay true: the queues go through the same strict parser as
 ``queuemgr apply`` (``parse_scenario``), so the file shape is the one an
@@ -141,9 +143,15 @@ def stop_and_reap(
 
 
 # -- readings ------------------------------------------------------------------------------
-def _get(url: str, token: str | None = None, ca_file: str | None = None) -> tuple[int, str]:
+def _get(
+    url: str,
+    token: str | None = None,
+    ca_file: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    if context is None and ca_file:
+        context = ssl.create_default_context(cafile=ca_file)
     request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=10, context=context) as response:
         return response.status, response.read().decode()
@@ -222,19 +230,26 @@ def _machine() -> tuple[int, int]:
     return sum(values) - idle, sum(values)
 
 
-def snapshot(plane: Any, db_url: str) -> dict[str, Any]:
-    _, text = _get(f"{plane.url}/metrics", plane.admin_token, str(plane.ca_file))
+def api_requests(
+    url: str,
+    token: str | None = None,
+    ca_file: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> dict[str, Any]:
+    """``apiserver_request_total`` from an apiserver's ``/metrics`` at ``url``: the sum, and
+    ``by_verb`` keyed ``VERB resource[/subresource]`` (``-`` for non-resource paths)."""
+    _, text = _get(url, token, ca_file, context)
     counts: dict[str, float] = {}
     for _, labels, value in _samples(text, "apiserver_request_total{"):
         sub = labels.get("subresource")
         key = f"{labels.get('verb')} {labels.get('resource') or '-'}{'/' + sub if sub else ''}"
         counts[key] = counts.get(key, 0) + value
-    return {
-        "requests": sum(counts.values()),
-        "by_verb": counts,
-        "postgres_cpu": postgres_cpu(db_url),
-        "machine": _machine(),
-    }
+    return {"requests": sum(counts.values()), "by_verb": counts}
+
+
+def snapshot(plane: Any, db_url: str) -> dict[str, Any]:
+    requests = api_requests(f"{plane.url}/metrics", plane.admin_token, str(plane.ca_file))
+    return {**requests, "postgres_cpu": postgres_cpu(db_url), "machine": _machine()}
 
 
 def delta(before: dict[str, Any], after: dict[str, Any], key: str) -> float | None:

@@ -18,6 +18,26 @@ is removed afterwards. While it runs, ``/proc`` of the runner's children is
 sampled each second for kube-apiserver's and etcd's CPU seconds and peak RSS
 (the last second before they exit is not seen).
 
+API requests: the runner hands envtest's credentials (a client certificate
+of ``system:masters``) to nobody but minimalkueue, through the ``kubeconfig``
+it writes into its output directory once the apiserver is up and before
+minimalkueue starts. A thread waits for that file and then reads the
+apiserver's own ``/metrics`` every 5 s (``probes.api_requests``, as
+``run_queuemgr.py`` reads its apiserver), keeping the first and the last
+reading that succeeded; the figures are last minus first, split by verb and
+resource as ``run_queuemgr.py`` splits them. It is every client of that one
+apiserver: minimalkueue, the runner's own creates (15,000 ``POST
+workloads``, its namespaces and queues) and its recorder's watches (they
+cannot be told apart in ``apiserver_request_total``), and the apiserver's own
+loopback requests; our reads of ``/metrics`` are not in that counter (a run
+of 82 readings showed none). Left out: what came before the first reading
+(envtest installing Kueue's CRDs, the apiserver's start: the details give
+that count; minimalkueue's first requests too if it was quicker than the
+first reading, which came before the runner's first namespace) and
+everything after the last one, up to 5 s of the run's end and the teardown.
+Per workload divides by the workloads the summary recorded (the generator's
+count if it recorded none).
+
 Figures: ``minimalkueue wall`` is the one Kueue's rangespec checks
 (``cmd.maxWallMs``, published average 351 s); ``cq events span`` is the first
 to the last ClusterQueue event the recorder saw; ``cq usage`` is the mean
@@ -30,10 +50,12 @@ usage error or when no ``go`` toolchain is on PATH.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -50,11 +72,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.kueue_peer import build as kueue_build  # noqa: E402
+from bench.kueue_peer import probes  # noqa: E402
+from bench.kueue_peer.stream import load_baseline  # noqa: E402
 from tests.controlplane import build as cp_build  # noqa: E402
 
 CLASSES = ("small", "medium", "large")
 WATCHED = ("kube-apiserver", "etcd")
 TICK = os.sysconf("SC_CLK_TCK")
+SCRAPE_INTERVAL = 5.0  # s; each read of /metrics costs the apiserver some CPU too
+API_PER_WORKLOAD = "API requests / workload (all clients, last scrape before teardown)"
 
 
 class RunError(RuntimeError):
@@ -102,6 +128,85 @@ class ProcSampler(threading.Thread):
         return sum(found) if found else None
 
 
+def _kubeconfig_target(path: Path) -> tuple[str, ssl.SSLContext]:
+    """The ``/metrics`` URL of the current context of the kubeconfig at ``path``, and a TLS
+    context trusting its CA and presenting its client certificate (data embedded, as
+    Kueue's ``RestConfigToKubeConfig`` writes them)."""
+    config = yaml.safe_load(path.read_text()) or {}
+    current = config["current-context"]
+    context = next(c["context"] for c in config["contexts"] if c["name"] == current)
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+    ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
+    tls = ssl.create_default_context(cadata=ca)
+    # OpenSSL reads a client key from files only: a private directory, removed at once.
+    with tempfile.TemporaryDirectory(prefix="kueue-peer-tls-") as private:
+        cert_path, key_path = Path(private, "client.crt"), Path(private, "client.key")
+        cert_path.write_bytes(base64.b64decode(user["client-certificate-data"]))
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as sink:
+            sink.write(base64.b64decode(user["client-key-data"]))
+        tls.load_cert_chain(cert_path, key_path)
+    return f"{str(cluster['server']).rstrip('/')}/metrics", tls
+
+
+class ApiScraper(threading.Thread):
+    """Read ``apiserver_request_total`` of the runner's apiserver every ``interval`` seconds
+    once the runner has written ``kubeconfig``; keep the first and the last good reading."""
+
+    def __init__(self, kubeconfig: Path, interval: float = SCRAPE_INTERVAL) -> None:
+        super().__init__(daemon=True)
+        self.kubeconfig, self.interval = kubeconfig, interval
+        self.first: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None
+        self.first_at = self.last_at = 0.0  # time.monotonic() of those readings
+        self.started, self.stopped = time.monotonic(), 0.0  # stopped: when the runner exited
+        self.readings = self.failures = 0
+        self.error: str | None = None  # the last failure, to say why figures are missing
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        target: tuple[str, ssl.SSLContext] | None = None
+        while not self._stop_event.is_set():
+            if target is None:
+                try:
+                    target = _kubeconfig_target(self.kubeconfig)
+                except FileNotFoundError:
+                    self._stop_event.wait(0.1)  # soon: minimalkueue starts right after it
+                    continue
+                except (
+                    OSError,
+                    yaml.YAMLError,
+                    KeyError,
+                    TypeError,
+                    ValueError,
+                    StopIteration,
+                ) as error:  # half written, or a shape we do not know: try again
+                    self.error = f"kubeconfig: {error!r}"
+                    self._stop_event.wait(0.1)
+                    continue
+            self._scrape(*target)
+            self._stop_event.wait(self.interval)
+
+    def _scrape(self, url: str, context: ssl.SSLContext) -> None:
+        try:
+            reading = probes.api_requests(url, context=context)
+        except (OSError, ValueError) as error:  # refused, timed out, a line we cannot read
+            self.failures += 1
+            self.error = f"{url}: {error!r}"
+            return
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self.first_at = reading, now
+        self.last, self.last_at = reading, now
+        self.readings += 1
+
+    def stop(self) -> None:
+        self.stopped = time.monotonic()
+        self._stop_event.set()
+        self.join()
+
+
 def _time(value: Any) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value
@@ -113,7 +218,9 @@ def _time(value: Any) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def _figures(out: Path, wall: float, sampler: ProcSampler) -> dict[str, float | None]:
+def _figures(
+    out: Path, wall: float, sampler: ProcSampler, scraper: ApiScraper, generated: int
+) -> tuple[dict[str, float | None], dict[str, Any]]:
     summary = yaml.safe_load((out / "summary.yaml").read_text()) or {}
     stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text()) or {}
     figures: dict[str, float | None] = {"runner wall (s)": wall}
@@ -139,19 +246,44 @@ def _figures(out: Path, wall: float, sampler: ProcSampler) -> dict[str, float | 
     for name in WATCHED:
         figures[f"{name} CPU (s)"] = sampler.total(name, sampler.cpu)
         figures[f"{name} peak RSS (MiB)"] = sampler.total(name, sampler.peak_rss_mib)
-    return figures
+    first, last = scraper.first, scraper.last
+    workloads = figures["workloads recorded"] or generated
+    details: dict[str, Any] = {"metrics readings": scraper.readings}
+    if first is None or last is None or scraper.readings < 2:
+        figures["API requests (all clients)"] = None
+        figures[API_PER_WORKLOAD] = None
+        details["metrics error"] = scraper.error
+        return figures, details
+    requests = last["requests"] - first["requests"]
+    figures["API requests (all clients)"] = int(requests)
+    figures[API_PER_WORKLOAD] = requests / workloads if workloads else None
+    details.update(
+        {
+            "workloads (divisor)": workloads,
+            "requests before the first reading": int(first["requests"]),
+            "first reading (s after start)": scraper.first_at - scraper.started,
+            "last reading (s before the runner exited)": scraper.stopped - scraper.last_at,
+            "failed reads": scraper.failures,
+            "requests by verb": probes.by_verb(first, last),
+        }
+    )
+    return figures, details
 
 
 def run_once(
-    runner: list[str], out: Path, env: dict[str, str], timeout: float
-) -> dict[str, float | None]:
+    runner: list[str], out: Path, env: dict[str, str], timeout: float, generated: int
+) -> tuple[dict[str, float | None], dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runner.log"
+    kubeconfig = out / "kubeconfig"
+    kubeconfig.unlink(missing_ok=True)  # an earlier run's would point at a dead apiserver
     started = time.monotonic()
     with log.open("wb") as sink:
         proc = subprocess.Popen([*runner, f"-o={out}"], stdout=sink, stderr=sink, env=env)
         sampler = ProcSampler(proc.pid)
         sampler.start()
+        scraper = ApiScraper(kubeconfig)
+        scraper.start()
         try:
             code = proc.wait(timeout)
         except (subprocess.TimeoutExpired, KeyboardInterrupt):
@@ -163,6 +295,7 @@ def run_once(
                 proc.wait()
             raise
         finally:
+            scraper.stop()
             sampler.stop()
     wall = time.monotonic() - started
     if code != 0:
@@ -170,7 +303,7 @@ def run_once(
         raise RunError(f"runner exited {code}; last lines of its log:\n" + "\n".join(tail))
     if not (out / "summary.yaml").exists():
         raise RunError(f"runner wrote no summary.yaml in {out}")
-    return _figures(out, wall, sampler)
+    return _figures(out, wall, sampler, scraper, generated)
 
 
 def _cell(value: float | None) -> str:
@@ -179,18 +312,38 @@ def _cell(value: float | None) -> str:
     return f"{value}" if isinstance(value, int) else f"{value:.1f}"
 
 
-def _table(runs: list[dict[str, float | None]]) -> str:
+def _table(runs: list[dict[str, float | None]], title: str = "figure") -> str:
     names = list(runs[0])
+    width = max(38, len(title) + 2, *(len(n) + 2 for n in names))  # columns stay aligned
     head = [f"run {i + 1}" for i in range(len(runs))] + (["mean"] if len(runs) > 1 else [])
-    lines = [f"{'figure':<38}" + "".join(f"{h:>10}" for h in head)]
+    lines = [f"{title:<{width}}" + "".join(f"{h:>10}" for h in head)]
     for name in names:
         values = [run[name] for run in runs]
         known = [v for v in values if v is not None]
         if len(runs) > 1:
             values.append(sum(known) / len(known) if len(known) == len(values) else None)
         cells = "".join(f"{_cell(v):>10}" for v in values)
-        lines.append(f"{name:<38}{cells}")
+        lines.append(f"{name:<{width}}{cells}")
     return "\n".join(lines)
+
+
+def _verb_table(details: list[dict[str, Any]], top: int = 15) -> str | None:
+    """Requests by verb and resource, the ``top`` most over all runs, the rest summed."""
+    splits = [d.get("requests by verb") or {} for d in details]
+    if not any(splits):
+        return None
+    totals: dict[str, int] = {}
+    for split in splits:
+        for key, count in split.items():
+            totals[key] = totals.get(key, 0) + count
+    keys = sorted(totals, key=lambda k: -totals[k])
+    rows: list[dict[str, float | None]] = []
+    for split in splits:
+        row: dict[str, float | None] = {k: split.get(k, 0) for k in keys[:top]}
+        if len(keys) > top:
+            row["(the rest)"] = sum(split.get(k, 0) for k in keys[top:])
+        rows.append(row)
+    return _table(rows, "API requests by verb (all clients, last scrape before teardown)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         print("kueue-peer: interrupted", file=sys.stderr)
         return 1
     generator = kueue.source / "test/performance/scheduler/configs/baseline"
+    try:  # the divisor when a summary records no workload
+        generated = load_baseline(generator / "generator.yaml").total
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as error:
+        print(f"kueue-peer: cannot read {generator / 'generator.yaml'}: {error}", file=sys.stderr)
+        return 1
     runner = [
         str(kueue.runner),
         f"--crds={kueue.source / 'config/components/crd/bases'}",
@@ -228,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         f"kueue {kueue.version}, kubernetes {plane.kubernetes_version}, etcd {plane.etcd_version}"
     )
     results: list[dict[str, float | None]] = []
+    details: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kueue-peer-") as tmp:
         assets = Path(tmp) / "assets"
         assets.mkdir()
@@ -244,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             out = (args.out or Path(tmp)) / f"run-{i + 1}"
             print(f"run {i + 1}/{args.runs}: {out}", file=sys.stderr, flush=True)
             try:
-                figures = run_once(runner, out, env, args.timeout * 60 + 60)
+                figures, extra = run_once(runner, out, env, args.timeout * 60 + 60, generated)
             except RunError as error:
                 print(f"kueue-peer: run {i + 1} failed: {error}", file=sys.stderr)
                 return 1
@@ -258,10 +417,24 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"kueue-peer: run {i + 1}: cannot read results: {error}", file=sys.stderr)
                 return 1
             results.append(figures)
+            details.append(extra)
+            if args.out:
+                (out / "details.json").write_text(json.dumps(extra, indent=2))
+            if figures[API_PER_WORKLOAD] is None:
+                print(
+                    f"kueue-peer: run {i + 1}: no API request count"
+                    f" ({extra['metrics readings']} readings): {extra.get('metrics error')}",
+                    file=sys.stderr,
+                )
             print(f"run {i + 1}: {figures['runner wall (s)']:.0f} s", file=sys.stderr)
     print(_table(results))
+    verbs = _verb_table(details)
+    if verbs is not None:
+        print()
+        print(verbs)
     if args.json:
-        args.json.write_text(json.dumps({"kueue": kueue.version, "runs": results}, indent=2))
+        document = {"kueue": kueue.version, "runs": results, "details": details}
+        args.json.write_text(json.dumps(document, indent=2))
     return 0
 
 
