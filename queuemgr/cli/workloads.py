@@ -27,11 +27,12 @@ from queuemgr.cli import kube
 from queuemgr.cli.common import database, namespace_option, quantities
 from queuemgr.cli.completion import complete_local_queue, complete_workload
 from queuemgr.cli.errors import BadInput, CliError, handled, not_found
-from queuemgr.cli.explain import explain, print_why
+from queuemgr.cli.explain import explain
 from queuemgr.cli.flags import SUBDOMAIN, check_name, namespace
 from queuemgr.cli.output import age, emit, iso, output_option, print_fields, print_table, vec
 from queuemgr.cli.watch import watch as watch_doc
 from queuemgr.cli.watch import watch_options
+from queuemgr.cli.why_view import print_why
 from queuemgr.core.model import PRIORITY_RANGE, PodSet, Workload, WorkloadId
 from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.spec.knobs import parse_duration

@@ -37,7 +37,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 
 from queuemgr.controller.board import BoardKeeper
@@ -45,6 +44,7 @@ from queuemgr.controller.eta import EtaTracker
 from queuemgr.controller.heap import HeapKeeper
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import Clock, ClusterBackend
+from queuemgr.controller.report import CycleReport, Phases
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import LocalQueueKey, UsageTracker, decayed
 from queuemgr.core.lifecycle import RunEnd
@@ -72,21 +72,6 @@ log = logging.getLogger(__name__)
 SERVICE_POLICY = SchedulerPolicy()
 
 
-@dataclass(frozen=True, kw_only=True)
-class CycleReport:
-    admitted: tuple[WorkloadId, ...]
-    evicted: tuple[WorkloadId, ...]
-    finished: tuple[WorkloadId, ...]
-    pending: int
-    duration_s: float  # schedule() alone
-    # Seconds of each step (finish, load, safety, schedule, commit, apply, observe):
-    # wall clock, and CPU time of the loop's thread (steadier on a busy machine).
-    phases: Mapping[str, float] = field(default_factory=dict)
-    cpu: Mapping[str, float] = field(default_factory=dict)
-    statuses_written: int = 0  # pending reasons whose row the cycle updated
-    board_written: int = 0  # status board rows the cycle wrote or deleted
-
-
 def _held_by_queue(
     admitted: tuple[AdmittedWorkload, ...],
     held: Mapping[LocalQueueKey, Mapping[ResourceName, int]] | None = None,
@@ -97,21 +82,6 @@ def _held_by_queue(
         key = (a.workload.namespace, a.workload.queue)
         out[key] = add(out.get(key, {}), admitted_requests(a))
     return out
-
-
-class _Phases:
-    """Wall and thread CPU seconds between consecutive ``done`` calls."""
-
-    def __init__(self) -> None:
-        self.wall: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}
-        self._wall, self._cpu = time.perf_counter(), time.thread_time()
-
-    def done(self, name: str) -> None:
-        wall, cpu = time.perf_counter(), time.thread_time()
-        self.wall[name] = wall - self._wall
-        self.cpu[name] = cpu - self._cpu
-        self._wall, self._cpu = wall, cpu
 
 
 class SchedulerLoop:
@@ -184,7 +154,7 @@ class SchedulerLoop:
         if token != self._adopted:
             self._adopt(token)
         now = self._clock.now()
-        phases = _Phases()
+        phases = Phases()
         finished = self._record_finished(token, now)
         phases.done("finish")
         state = self._mirror.refresh(self._db, now=now)

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.controller.leader import LeaderElector
-from queuemgr.controller.loop import SERVICE_POLICY, CycleReport, SchedulerLoop
+from queuemgr.controller.loop import SERVICE_POLICY, SchedulerLoop
+from queuemgr.controller.report import CycleReport
 from queuemgr.controller.ports import Clock, SystemClock
 from queuemgr.controller.testing import FakeBackend
 from queuemgr.core.policy import SchedulerPolicy
