@@ -38,9 +38,7 @@ class HeapKeeper:
     def after_cycle(self, rows_read: int, now: float) -> bool:
         """Freeze the heap anew if due; whether it did."""
         due = (
-            self._frozen_at is None
-            or rows_read >= MANY_ROWS
-            or now - self._frozen_at >= REFREEZE_S
+            self._frozen_at is None or rows_read >= MANY_ROWS or now - self._frozen_at >= REFREEZE_S
         )
         if not due:
             return False

@@ -32,6 +32,7 @@ the pod counter cannot follow (several pod sets, topology) is planned by
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 from collections.abc import Mapping, Sequence
 
@@ -57,9 +58,9 @@ _NodesKey = tuple[FlavorName, ShapeId]
 
 
 class _Carried:
-    """Both sides' answers of one cycle, with everything they were computed from."""
+    """The node side's answers of one cycle, with everything they were computed from."""
 
-    __slots__ = ("inputs", "known", "nodes", "quota", "rest", "unknown")
+    __slots__ = ("inputs", "known", "nodes", "rest", "unknown")
 
     def __init__(
         self, inputs: tuple[object, ...], rest: tuple[object, ...], line: Timeline
@@ -68,7 +69,6 @@ class _Carried:
         self.rest = rest
         self.known = line.known
         self.unknown = line.unknown
-        self.quota: dict[_QuotaKey, int | None] = {}
         self.nodes: dict[_NodesKey, int | None] = {}
 
     def holds_for(
@@ -81,6 +81,40 @@ class _Carried:
             and len(self.known) == len(line.known)
             and all(map(operator.is_, self.known, line.known))
         )
+
+
+class _PoolAnswers:
+    """The quota side's answers for one pool, with the runs they were computed from.
+
+    Whether a shape fits a queue's quota, and after which release, depends on the
+    config and on the runs that hold the pool's quota: those with a known end, in
+    timeline order, then those without, by id. A cycle that admits or releases in
+    one cohort leaves every other cohort's answers standing. An answer is a time:
+    the end of the release after which it fits (-inf: it fits now), so it does
+    not move when other pools' releases move the timeline's indices.
+    """
+
+    __slots__ = ("quota", "runs")
+
+    def __init__(self, runs: tuple[list[AdmittedWorkload], int]) -> None:
+        self.runs = runs  # held, so that no other object can take their ids
+        self.quota: dict[_QuotaKey, float | None] = {}
+
+    def holds_for(self, runs: tuple[list[AdmittedWorkload], int]) -> bool:
+        (mine, known), (theirs, also) = self.runs, runs
+        # A run past its declared end moves from known to unknown: the same list.
+        return known == also and len(mine) == len(theirs) and all(map(operator.is_, mine, theirs))
+
+
+class _EtaMemo:
+    """What one cycle carries to the next: the node side whole, the quota side per pool."""
+
+    __slots__ = ("config", "nodes", "pools")
+
+    def __init__(self, config: object) -> None:
+        self.config = config
+        self.nodes: _Carried | None = None
+        self.pools: dict[_Pool, _PoolAnswers] = {}
 
 
 class Etas:
@@ -113,12 +147,18 @@ class Etas:
             s.stopping,
             dict(s.claims),
         )
-        carried = None if s.memo is None else s.memo.etas
-        if not isinstance(carried, _Carried) or not carried.holds_for(inputs, rest, line):
-            carried = _Carried(inputs, rest, line)
+        memo = None if s.memo is None else s.memo.etas
+        if not isinstance(memo, _EtaMemo) or memo.config is not s.config:
+            memo = _EtaMemo(s.config)
             if s.memo is not None:
-                s.memo.etas = carried
-        self._nodes, self._quota = carried.nodes, carried.quota
+                s.memo.etas = memo
+        carried = memo.nodes
+        if carried is None or not carried.holds_for(inputs, rest, line):
+            carried = memo.nodes = _Carried(inputs, rest, line)
+        self._nodes = carried.nodes
+        self._memo = memo
+        self._unknown = line.unknown
+        self._pool_runs: dict[_Pool, tuple[list[AdmittedWorkload], int]] | None = None
 
     def start(self, cq: ClusterQueue, w: Workload) -> float | None:
         """When ``w``'s shape first fits ``cq``'s quota and the nodes, None if never known."""
@@ -132,25 +172,38 @@ class Etas:
         else:
             found = None
             for fq in cq.flavors:
-                k = self._quota_first(cq, w, fq.flavor)
-                if k is None:
+                quota = self._quota_at(cq, w, fq.flavor)
+                if quota is None:
                     continue
                 nodes = self._nodes_first(w, fq.flavor)
                 if nodes is None:
                     continue
-                k = max(k, nodes)
-                at = max(self._now, self._ends[k - 1]) if k else self._now
+                # Ends are sorted: the later of the two boundaries is the later end.
+                at = max(self._now, quota, self._ends[nodes - 1] if nodes else -math.inf)
                 if found is None or at < found:
                     found = at
         self._starts[key] = found
         return found
 
-    def _quota_first(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> int | None:
-        """The first group boundary at which ``w`` fits ``cq``'s quota on ``flavor``."""
+    def _quota_at(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> float | None:
+        """The end after which ``w`` fits ``cq``'s quota on ``flavor`` (-inf: now)."""
         key = (cq.name, flavor, w.shape, cq.may_borrow(w))
-        if key in self._quota:
-            return self._quota[key]
-        topology = self._snapshot.config.quota_topology
+        cohort = self._snapshot.config.quota_topology.cohort_of.get(cq.name)
+        pool = (cohort, None if cohort is not None else cq.name, flavor)
+        answers = self._memo.pools.get(pool)
+        if answers is None or not answers.holds_for(self._runs_of(pool)):
+            answers = self._memo.pools[pool] = _PoolAnswers(self._runs_of(pool))
+        if key in answers.quota:
+            return answers.quota[key]
+        k = self._quota_first(cq, w, flavor, pool)
+        at = None if k is None else (self._ends[k - 1] if k else -math.inf)
+        answers.quota[key] = at
+        return at
+
+    def _quota_first(
+        self, cq: ClusterQueue, w: Workload, flavor: FlavorName, pool: _Pool
+    ) -> int | None:
+        """The first group boundary at which ``w`` fits ``cq``'s quota on ``flavor``."""
         if self._ledger is None:
             # The usage once this cycle's admissions and evictions are counted. A watch
             # reads the ledger only when it is made, so one ledger serves every pair.
@@ -162,8 +215,6 @@ class Etas:
             if watch.fits():
                 found = 0
             else:
-                cohort = topology.cohort_of.get(cq.name)
-                pool = (cohort, None if cohort is not None else cq.name, flavor)
                 known, group_end = self._known, self._group_end
                 for i in self._releases().get(pool, []):
                     a = known[i]
@@ -173,7 +224,6 @@ class Etas:
                     if watch.fits():
                         found = group_end[i]
                         break
-        self._quota[key] = found
         return found
 
     def _nodes_first(self, w: Workload, flavor: FlavorName) -> int | None:
@@ -206,15 +256,32 @@ class Etas:
             self._group_end_list = [bisect.bisect_right(ends, end) for end in ends]
         return self._group_end_list
 
+    def _runs_of(self, pool: _Pool) -> tuple[list[AdmittedWorkload], int]:
+        """The runs holding ``pool``'s quota: known ends in timeline order, then the others
+        by id (the timeline keeps those sorted); and how many have a known end."""
+        if self._pool_runs is None:
+            known = self._known
+            runs: dict[_Pool, tuple[list[AdmittedWorkload], int]] = {
+                p: ([known[i] for i in indices], len(indices))
+                for p, indices in self._releases().items()
+            }
+            admitted, now = self._snapshot.admitted, {a.workload.id: a for a in self._admitted_now}
+            for wid in self._unknown:
+                a = admitted.get(wid) or now[wid]
+                runs.setdefault(self._pool_of(a), ([], 0))[0].append(a)
+            self._pool_runs = runs
+        return self._pool_runs.get(pool, ([], 0))
+
+    def _pool_of(self, a: AdmittedWorkload) -> _Pool:
+        name = a.admission.cluster_queue
+        cohort = self._snapshot.config.quota_topology.cohort_of.get(name)
+        return (cohort, None if cohort is not None else name, a.admission.flavor)
+
     def _releases(self) -> dict[_Pool, list[int]]:
         """The timeline's indices, per quota pool they release into, in order."""
         if self._pools is None:
-            cohort_of = self._snapshot.config.quota_topology.cohort_of
             pools: dict[_Pool, list[int]] = {}
             for i, a in enumerate(self._known):
-                name = a.admission.cluster_queue
-                cohort = cohort_of.get(name)
-                pool = (cohort, None if cohort is not None else name, a.admission.flavor)
-                pools.setdefault(pool, []).append(i)
+                pools.setdefault(self._pool_of(a), []).append(i)
             self._pools = pools
         return self._pools

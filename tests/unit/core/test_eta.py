@@ -115,7 +115,8 @@ def test_a_shape_that_may_borrow_and_one_that_may_not_get_their_own_etas() -> No
     assert (etas.start(b, short), etas.start(b, long)) == (100.0, None)
 
 
-def test_a_quiet_cycle_reuses_the_last_cycles_answers_and_a_change_does_not() -> None:
+def test_answers_are_carried_while_what_they_depend_on_stands() -> None:
+    """The node side while nothing changed; the quota side per cohort, while its runs stand."""
     world = _two_cohorts_and_a_lone_queue()
     world.submit(make_workload("w").ns("b").gpus(8))
     cache = Cache(world.config())
@@ -125,6 +126,7 @@ def test_a_quiet_cycle_reuses_the_last_cycles_answers_and_a_change_does_not() ->
         cache.add_pending(w)
     b = world.config().cluster_queues["b"]
     (w,) = world.pending
+    x = (CohortName("x"), None, "default")  # b's pool: cohort x's quota on its flavor
 
     def etas(now: float) -> Etas:
         snapshot = cache.snapshot()
@@ -135,11 +137,13 @@ def test_a_quiet_cycle_reuses_the_last_cycles_answers_and_a_change_does_not() ->
 
     first = etas(10.0)
     assert first.start(b, w) == 100.0  # once a's run ends
+    nodes, answers = first._nodes, first._memo.pools[x]
     quiet = etas(20.0)  # nothing admitted or released in between
-    assert quiet._quota is first._quota and quiet._nodes is first._nodes
+    assert quiet._nodes is nodes and quiet._memo.pools[x] is answers
     cache.add_pending(make_workload("later").ns("c").gpus(8).build())  # pending only
-    assert etas(30.0)._quota is first._quota
-    cache.remove_admitted(WorkloadId("c/run1"))  # a release: usage and the timeline move
-    assert etas(40.0)._quota is not first._quota
-    after = etas(50.0)
-    assert etas(150.0)._quota is not after._quota  # run0's declared end has passed
+    assert etas(30.0)._nodes is nodes
+    cache.remove_admitted(WorkloadId("c/run1"))  # a release in cohort y: x's runs stand
+    released = etas(40.0)
+    assert released._nodes is not nodes and released._memo.pools[x] is answers
+    # a's run (cohort x) passes its declared end: it holds x's quota for ever now
+    assert etas(150.0)._memo.pools[x] is not answers
