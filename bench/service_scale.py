@@ -11,6 +11,9 @@ real service starts here (simulated backend) and:
   fits (about 2,500) and writes every other workload's first pending reason;
 - each later cycle is woken by one more submission (1 s apart): the steady
   state of a service with a 100,000-workload backlog;
+- then each of ``--busy`` cycles is woken by the cancel of a running workload
+  of the first ClusterQueue: the cycle admits into the room it freed, in one
+  cohort, as a cluster whose runs end does all the time;
 - then ``queuemgr why`` runs as a user runs it (a new process, on the same
   database, while the service runs) for a few of the pending workloads: its
   wall time, start-up included;
@@ -57,7 +60,9 @@ from servicebench import (
     wait_until,
 )
 
+from queuemgr.core.model import WorkloadId
 from queuemgr.store.database import create_engine
+from queuemgr.store.transitions import cancel_workload
 
 WHY_SAMPLES = ("w0", "w1", "w{mid}", "w{last}")  # the oldest, and across the backlog
 
@@ -86,6 +91,22 @@ def fill(url: str, pending: int, queues: int, out: Any) -> None:
             bulk_submit(conn, ws, notify=False)
     engine.dispose()
     out.put(pending)
+
+
+def cancel_one_running(engine: Any) -> None:
+    """Cancel the oldest running workload of the first ClusterQueue: the next cycle admits
+    into its room, in one cohort, as a cluster where runs end does all the time."""
+    with engine.begin() as conn:
+        name = conn.execute(
+            sa.text(
+                "SELECT namespace || '/' || name FROM workloads WHERE state = 'Admitted'"
+                " AND cluster_queue = (SELECT min(name) FROM cluster_queues)"
+                " ORDER BY admitted_at, id LIMIT 1"
+            )
+        ).scalar()
+        if name is None:
+            raise SystemExit("no running workload to cancel")
+        cancel_workload(conn, WorkloadId(name), message="service_scale: a busy cycle")
 
 
 def time_why(url: str, engine: Any, pending: int) -> list[tuple[str, float]]:
@@ -130,12 +151,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--steady", type=int, default=7, help="steady-state cycles to time")
+    parser.add_argument(
+        "--busy", type=int, default=3, help="cycles woken by a cancel that frees room (3)"
+    )
     parser.add_argument("--queues", type=int, default=100, help="ClusterQueues (default 100)")
     parser.add_argument("--nodes", type=int, default=1_000, help="8-GPU nodes (default 1,000)")
     args = parser.parse_args()
-    for name in ("pending", "steady", "queues", "nodes"):
+    for name in ("pending", "steady", "busy", "queues", "nodes"):
         value = getattr(args, name)
-        if not 1 <= value <= 1_000_000:
+        if not (0 if name == "busy" else 1) <= value <= 1_000_000:
             parser.error(f"--{name} {value}: must be between 1 and 1,000,000")
     with tempfile.TemporaryDirectory() as tmp, scratch_database("scale") as url:
         print(server_description(url), f"| load average before: {load_average()}")
@@ -175,6 +199,13 @@ def main() -> None:
                 wait_until(lambda n=n: len(log.reports) > n, 600, "a cycle")
                 steady.append(log.reports[n])
                 time.sleep(1.0)
+            busy = []
+            for _ in range(args.busy):
+                n = len(log.reports)
+                cancel_one_running(engine)
+                wait_until(lambda n=n: len(log.reports) > n, 600, "a cycle")
+                busy.append(log.reports[n])
+                time.sleep(1.0)
             peak = peak_rss_mib()
             rss_now = current_rss_mib()
             whys = time_why(url, engine, args.pending)
@@ -207,6 +238,14 @@ def main() -> None:
     if any(totals):
         best, median = best_median(totals)
         print(f"steady cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
+    busy_totals = []
+    for r in busy:
+        line, total = phase_line(f"busy, {len(r.finished)} fin. {len(r.admitted)} adm.", r, 0.0)
+        busy_totals.append(total)
+        print(line)
+    if any(busy_totals):
+        best, median = best_median(busy_totals)
+        print(f"busy cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
     line, _ = phase_line(f"after a restart, {len(restart.admitted)} adm.", restart, warm)
     print(line)
     print(
