@@ -241,7 +241,7 @@ def _from_board(
     doc.update(
         cluster_queue=cq,
         position_in_local_queue=entry.position_in_local_queue,
-        position_in_cluster_queue=entry.position_in_queue if cq is not None else None,
+        position_in_cluster_queue=entry.position_in_queue,  # 0 when it routes nowhere, as evaluated
         as_of=found.at.isoformat(),
         source="board",
     )
