@@ -138,6 +138,18 @@ def time_why(url: str, engine: Any, pending: int) -> list[tuple[str, float]]:
     return out
 
 
+def print_cycles(kind: str, reports: list[Any], label: Any) -> None:
+    """One row per cycle, then the best and the median of their totals."""
+    totals = []
+    for r in reports:
+        line, total = phase_line(label(r), r, 0.0)
+        totals.append(total)
+        print(line)
+    if any(totals):
+        best, median = best_median(totals)
+        print(f"{kind} cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
+
+
 def phase_line(label: str, report: Any, fallback: float) -> tuple[str, float]:
     """One table row (milliseconds) and the cycle's total wall seconds."""
     phases = getattr(report, "phases", None) or {}
@@ -230,22 +242,8 @@ def main() -> None:
     )
     line, _ = phase_line(f"first (cold), {len(first.admitted)} adm.", first, cold)
     print(line)
-    totals = []
-    for r in steady:
-        line, total = phase_line(f"steady, {len(r.admitted)} admitted", r, 0.0)
-        totals.append(total)
-        print(line)
-    if any(totals):
-        best, median = best_median(totals)
-        print(f"steady cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
-    busy_totals = []
-    for r in busy:
-        line, total = phase_line(f"busy, {len(r.finished)} fin. {len(r.admitted)} adm.", r, 0.0)
-        busy_totals.append(total)
-        print(line)
-    if any(busy_totals):
-        best, median = best_median(busy_totals)
-        print(f"busy cycle: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms")
+    print_cycles("steady", steady, lambda r: f"steady, {len(r.admitted)} admitted")
+    print_cycles("busy", busy, lambda r: f"busy, {len(r.finished)} fin. {len(r.admitted)} adm.")
     line, _ = phase_line(f"after a restart, {len(restart.admitted)} adm.", restart, warm)
     print(line)
     print(
