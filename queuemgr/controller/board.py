@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.reasons import PendingStatuses
+from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
 from queuemgr.store.status_board import BoardEntry, read_board
 
@@ -36,6 +37,7 @@ class BoardChange:
     gone: tuple[int, ...]
     after: dict[int, _Entry]  # the whole board once written
     etas: Mapping[WorkloadId, float | None]  # every pending workload's, as computed
+    verdicts: Mapping[WorkloadId, Verdict]  # every pending workload's, resolved once
 
 
 class BoardKeeper:
@@ -63,8 +65,10 @@ class BoardKeeper:
         after: dict[int, _Entry] = {}
         changed: dict[int, BoardEntry] = {}
         etas: dict[WorkloadId, float | None] = {}
-        for wid, cq, lq_pos, cq_pos, eta in statuses.standings():
+        verdicts: dict[WorkloadId, Verdict] = {}
+        for wid, cq, lq_pos, cq_pos, eta, verdict in statuses.standings():
             etas[wid] = eta
+            verdicts[wid] = verdict
             rid = row_ids.get(wid)
             if rid is None:  # not a stored row (a test's or a racing submission's)
                 continue
@@ -80,7 +84,7 @@ class BoardKeeper:
                     eta=eta,
                 )
         gone = tuple(rid for rid in held if rid not in after)
-        return BoardChange(changed=changed, gone=gone, after=after, etas=etas)
+        return BoardChange(changed=changed, gone=gone, after=after, etas=etas, verdicts=verdicts)
 
     def written(self, change: BoardChange) -> None:
         self._held = change.after

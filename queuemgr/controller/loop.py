@@ -234,6 +234,7 @@ class SchedulerLoop:
                 now=now,
                 previous=state.statuses,
                 ids=self._mirror.row_ids(),
+                verdicts=board.verdicts,
             )
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)

@@ -215,15 +215,17 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
 
     def standings(
         self,
-    ) -> Iterator[tuple[WorkloadId, ClusterQueueName | None, int, int, float | None]]:
-        """(workload, queue, local position, queue position, eta) of every pending one.
+    ) -> Iterator[tuple[WorkloadId, ClusterQueueName | None, int, int, float | None, Verdict]]:
+        """(workload, queue, local position, queue position, eta, verdict) of every pending one.
 
         What ``self[wid]`` holds, without a status object per workload: the
-        service writes all of them every cycle (its status board).
+        service writes all of them every cycle (its status board, and each
+        workload's reason and message from the verdict).
         """
         resolve, eta = self._resolve, self._eta
         for wid, (w, cq, lq_pos, cq_pos) in self._count().items():
-            yield wid, cq, lq_pos, cq_pos, eta(w, cq, resolve(w, cq))
+            verdict = resolve(w, cq)
+            yield wid, cq, lq_pos, cq_pos, eta(w, cq, verdict), verdict
 
     def _eta(self, w: Workload, cq: ClusterQueueName | None, verdict: Verdict) -> float | None:
         if verdict.eta is not None or cq is None or self._eta_for is None:

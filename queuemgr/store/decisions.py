@@ -14,15 +14,15 @@ victims and cleared in the one that admits it (or ends the claim).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, text
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Admission, AdmittedWorkload, WorkloadId
-from queuemgr.core.reasons import Decisions
-from queuemgr.core.verdicts import PendingReason
+from queuemgr.core.reasons import Decisions, PendingStatuses
+from queuemgr.core.verdicts import PendingReason, Verdict
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 from queuemgr.store.live import Status
@@ -118,6 +118,7 @@ def persist_decisions(
     messages: bool = True,
     only: Collection[WorkloadId] | None = None,
     ids: Mapping[WorkloadId, int] | None = None,
+    verdicts: Mapping[WorkloadId, Verdict] | None = None,
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
@@ -129,12 +130,16 @@ def persist_decisions(
     cycle has judged yet), so a cycle need not compare every pending one.
     ``ids`` (workload -> row id, when the caller knows them) lets the status
     writes find their rows by primary key and send integers instead of names.
+    ``verdicts`` (every pending workload's, when the caller resolved them already,
+    ``PendingStatuses.standings``) saves resolving each one again.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions)
-        statuses = _write_statuses(conn, decisions, at, previous, versions, messages, only, ids)
+        statuses = _write_statuses(
+            conn, decisions, at, previous, versions, messages, only, ids, verdicts
+        )
         # Last, so that ``versions`` holds each row's final version.
         claims = _write_claims(conn, decisions, versions)
     return Persisted(
@@ -224,6 +229,13 @@ def _admit(
     return len(rows)
 
 
+def _verdict(statuses: PendingStatuses, wid: WorkloadId) -> Verdict | None:
+    try:
+        return statuses.verdict(wid)
+    except KeyError:
+        return None
+
+
 def _write_statuses(
     conn: Connection,
     decisions: Decisions,
@@ -233,16 +245,19 @@ def _write_statuses(
     messages: bool,
     only: Collection[WorkloadId] | None,
     ids: Mapping[WorkloadId, int] | None,
+    verdicts: Mapping[WorkloadId, Verdict] | None = None,
 ) -> dict[WorkloadId, Status]:
     changed: dict[WorkloadId, Status] = {}
     statuses = decisions.pending
     # Only the verdict is needed (not positions or ETAs), and workloads of one
     # shape share one verdict: put each verdict's words together once.
     words: dict[int, tuple[WorkloadState, str, str]] = {}
-    for wid in statuses if only is None else only:
-        try:
-            verdict = statuses.verdict(wid)
-        except KeyError:  # not pending any more (admitted by this cycle)
+    if verdicts is not None and only is None:
+        pairs: Iterable[tuple[WorkloadId, Verdict | None]] = verdicts.items()
+    else:
+        pairs = ((wid, _verdict(statuses, wid)) for wid in (statuses if only is None else only))
+    for wid, verdict in pairs:
+        if verdict is None:  # not pending any more (admitted by this cycle)
             continue
         new = words.get(id(verdict))
         if new is None:

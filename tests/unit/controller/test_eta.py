@@ -20,7 +20,7 @@ def _world() -> World:
 
 def _etas(decisions: Decisions) -> dict[WorkloadId, float | None]:
     """Every pending workload's ETA, as the status board hands them to the tracker."""
-    return {wid: eta for wid, _, _, _, eta in decisions.pending.standings()}
+    return {wid: eta for wid, _, _, _, eta, _ in decisions.pending.standings()}
 
 
 def test_the_first_eta_is_measured_against_the_actual_start() -> None:
