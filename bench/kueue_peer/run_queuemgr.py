@@ -24,7 +24,8 @@ What must stay true: nothing but queuemgr admits, suspends or preempts (no
 controller-manager: a Job gets no pods, and only the runner ends Jobs); the
 figures keep ``run_kueue.py``'s names where the meaning is the same
 (``minimalkueue`` becomes ``queuemgr``); queuemgr's client budget is
-``--qps``/``--burst`` (default 50/100, minimalkueue's).
+``--qps``/``--burst`` (default 50/100, minimalkueue's); ``--start-concurrency``
+how many admitted Jobs it unsuspends at once (default 8, ``serve``'s).
 
 Figures: ``first arrival to last finish`` is from the first Job's first
 watch event to the last Job's ``Complete``; ``cq usage`` is quota held (from
@@ -133,6 +134,7 @@ def _serve(
             "qps": args.qps,
             "burst": args.burst,
             "status_qps": min(5.0, args.qps),
+            "start_concurrency": args.start_concurrency,
             "pods_ready": {"enabled": False},
         },
     }
@@ -294,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=50.0, help="queuemgr's client QPS (50)")
     parser.add_argument("--burst", type=int, default=100, help="queuemgr's client burst (100)")
     parser.add_argument(
+        "--start-concurrency",
+        type=int,
+        default=8,
+        help="admitted Jobs queuemgr unsuspends at once (8, its default)",
+    )
+    parser.add_argument(
         "--scheduler",
         action="append",
         default=[],
@@ -304,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures of every run to FILE")
     parser.add_argument("--timeout", type=int, default=15, help="minutes a run may take (15)")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.timeout < 1 or args.burst < 1:
-        parser.error("--runs, --timeout and --burst must be at least 1")
+    if args.runs < 1 or args.timeout < 1 or args.burst < 1 or args.start_concurrency < 1:
+        parser.error("--runs, --timeout, --burst and --start-concurrency must be at least 1")
     if not 0 < args.scale <= 1 or not args.qps > 0:
         parser.error("--scale must be in (0, 1] and --qps positive")
     try:
@@ -366,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             "kubernetes": plane_bins.kubernetes_version,
             "qps": args.qps,
             "burst": args.burst,
+            "start_concurrency": args.start_concurrency,
             "scale": args.scale,
             "scheduler": knobs,
             "runs": results,
