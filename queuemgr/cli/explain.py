@@ -40,7 +40,7 @@ from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
 from queuemgr.store.handle import Database
-from queuemgr.store.leadership import leader_settings
+from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
 from queuemgr.store.status_board import ahead, running_beside, standing
@@ -73,18 +73,29 @@ def _policy(
         if as_tenant:
             read_as_tenant(conn)
         saved = load_queue_usage(conn)
-    if settings is None:
-        return SchedulerPolicy(), None, {}
-    record = {"replica": settings.replica, "elected_at": settings.elected_at.isoformat()}
-    try:
-        policy = parse_policy(settings.policy, "scheduler")
-    except InputError:  # written by a newer or older version: decide with the defaults
+    policy, record = _leader(settings)
+    if policy is None:  # none recorded, or unreadable: decide with the defaults
         return SchedulerPolicy(), record, {}
     usage = {
         key: decayed(u, 0.0, max(now - at, 0.0), policy.usage_half_life)
         for key, (u, at) in saved.items()
     }
-    return policy, {**record, "knobs": policy_knobs(policy)}, usage
+    return policy, record, usage
+
+
+def _leader(
+    settings: LeaderSettings | None,
+) -> tuple[SchedulerPolicy | None, dict[str, Any] | None]:
+    """The policy the last elected leader recorded (None if none, or written by another
+    version), and the record ``why`` shows of it."""
+    if settings is None:
+        return None, None
+    record = {"replica": settings.replica, "elected_at": settings.elected_at.isoformat()}
+    try:
+        policy = parse_policy(settings.policy, "scheduler")
+    except InputError:
+        return None, record
+    return policy, {**record, "knobs": policy_knobs(policy)}
 
 
 def _iso(seconds: float) -> str:
@@ -227,6 +238,7 @@ def _from_board(
     """
     ns, _, name = wid.partition("/")
     with db.read() as conn:
+        settings = leader_settings(conn)
         if as_tenant:
             read_as_tenant(conn)
         found = standing(conn, ns, name)
@@ -236,8 +248,7 @@ def _from_board(
         cq = entry.cluster_queue
         ahead_of = [] if cq is None else ahead(conn, cq, entry.position_in_queue, limit=AHEAD)
         cohort, running = (None, []) if cq is None else running_beside(conn, cq)
-    policy, doc["scheduler"], _ = _policy(db, now, as_tenant=as_tenant)
-    del policy  # the leader decided; its record is shown
+    doc["scheduler"] = _leader(settings)[1]  # the leader decided; its record is shown
     doc.update(
         cluster_queue=cq,
         position_in_local_queue=entry.position_in_local_queue,

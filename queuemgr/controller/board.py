@@ -11,7 +11,8 @@ What must stay true:
 
 - what the keeper remembers is what the database holds: :meth:`BoardKeeper.diff`
   computes a change without applying it, and :meth:`BoardKeeper.written` applies
-  it only once the transaction that wrote it has committed; any failure forgets
+  it only once the transaction that wrote it has committed, so a transaction that
+  failed leaves both as they were; a new leadership or an unexpected error forgets
   everything (:meth:`BoardKeeper.reset`) and the next cycle reads the board again;
 - an ETA at or before the cycle's time is written as 0 ("now"), so an entry
   changes when the workload's place changes, not when the clock moves.

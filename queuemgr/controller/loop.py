@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from queuemgr.controller.board import BoardKeeper
+from queuemgr.controller.board import BoardChange, BoardKeeper
 from queuemgr.controller.eta import EtaTracker
 from queuemgr.controller.heap import HeapKeeper
 from queuemgr.controller.leader import LeaderElector
@@ -123,8 +123,6 @@ class SchedulerLoop:
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
         self._board = BoardKeeper()  # what the status board holds
-        self._board_written = 0  # by the last commit
-        self._etas: Mapping[WorkloadId, float | None] = {}  # of the last commit's pending
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -175,7 +173,7 @@ class SchedulerLoop:
         duration = phases.wall["schedule"]
         # Every pending workload's reason and message, and its place on the status board,
         # are compared with what the store holds; only what changed is written.
-        persisted = self._commit(token, decisions, state, now)
+        persisted, board = self._commit(token, decisions, state, now)
         self._mirror.committed(decisions, persisted, now=now)
         phases.done("commit")
         # Charged from now on: the next cycle's advance bills this holding.
@@ -192,7 +190,7 @@ class SchedulerLoop:
             started = self._gauges.now()
             self._metrics.set_gauges(snapshot, decisions, state.backing_off_workloads)
             self._gauges.refreshed(started)
-        for predicted, actual in self._eta.observe(decisions.admitted, self._etas, now):
+        for predicted, actual in self._eta.observe(decisions.admitted, board.etas, now):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
         if self._heap is not None and self._heap.after_cycle(self._mirror.rows_read, now):
@@ -210,7 +208,7 @@ class SchedulerLoop:
             - len(decisions.admitted),
             duration_s=duration,
             statuses_written=persisted.statuses_written,
-            board_written=self._board_written,
+            board_written=len(board.changed) + len(board.gone),
             phases=phases.wall,
             cpu=phases.cpu,
         )
@@ -221,7 +219,7 @@ class SchedulerLoop:
         d: Decisions,
         state: StoredState,
         now: float,
-    ) -> Persisted:
+    ) -> tuple[Persisted, BoardChange]:
         with self._db.write() as conn:
             fence(conn, token)
             # Where every workload left pending stands, in the same transaction as the
@@ -239,9 +237,7 @@ class SchedulerLoop:
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
         self._board.written(board)
-        self._board_written = len(board.changed) + len(board.gone)
-        self._etas = board.etas
-        return persisted
+        return persisted, board
 
     def _record_finished(self, token: LeaderToken, now: float) -> list[WorkloadId]:
         self._unreported.extend(self._backend.poll_finished(now))
@@ -346,6 +342,14 @@ class SchedulerLoop:
         """New leadership: run what the store says is admitted, finish what it evicted."""
         if self._heap is not None:
             self._heap.pause()  # until the first cycle's freeze: every row is read now
+        try:
+            self._take_over(token)
+        except BaseException:
+            if self._heap is not None:
+                self._heap.release()  # no cycle follows to freeze: collect as usual again
+            raise
+
+    def _take_over(self, token: LeaderToken) -> None:
         self._seed_usage()
         self._last_sample = None
         self._mirror.reset()  # whatever was known before may have changed meanwhile
@@ -423,6 +427,7 @@ class SchedulerLoop:
             except Exception as exc:  # keep scheduling; /readyz shows the error meanwhile
                 self._failed(f"{type(exc).__name__}: {exc}")
                 self._mirror.reset()  # start again from what the store holds
+                self._board.reset()
                 log.exception("cycle failed")
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

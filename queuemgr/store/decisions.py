@@ -14,7 +14,7 @@ victims and cleared in the one that admits it (or ends the claim).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, text
@@ -115,8 +115,6 @@ def persist_decisions(
     *,
     now: float,
     previous: Mapping[WorkloadId, Status] | None = None,
-    messages: bool = True,
-    only: Collection[WorkloadId] | None = None,
     ids: Mapping[WorkloadId, int] | None = None,
     verdicts: Mapping[WorkloadId, Verdict] | None = None,
 ) -> Persisted:
@@ -124,10 +122,6 @@ def persist_decisions(
 
     ``previous`` (``StoredState.statuses``) limits the status writes to the
     workloads whose state, reason or message changed; without it all are written.
-    With ``messages=False`` a change of the message alone is not written (its
-    numbers move with every admission; the caller refreshes them now and then).
-    ``only`` limits the status writes to those workloads (say, the ones no
-    cycle has judged yet), so a cycle need not compare every pending one.
     ``ids`` (workload -> row id, when the caller knows them) lets the status
     writes find their rows by primary key and send integers instead of names.
     ``verdicts`` (every pending workload's, when the caller resolved them already,
@@ -137,9 +131,7 @@ def persist_decisions(
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions)
-        statuses = _write_statuses(
-            conn, decisions, at, previous, versions, messages, only, ids, verdicts
-        )
+        statuses = _write_statuses(conn, decisions, at, previous, versions, ids, verdicts)
         # Last, so that ``versions`` holds each row's final version.
         claims = _write_claims(conn, decisions, versions)
     return Persisted(
@@ -242,20 +234,18 @@ def _write_statuses(
     at: object,
     previous: Mapping[WorkloadId, Status] | None,
     versions: dict[WorkloadId, int],
-    messages: bool,
-    only: Collection[WorkloadId] | None,
     ids: Mapping[WorkloadId, int] | None,
-    verdicts: Mapping[WorkloadId, Verdict] | None = None,
+    verdicts: Mapping[WorkloadId, Verdict] | None,
 ) -> dict[WorkloadId, Status]:
     changed: dict[WorkloadId, Status] = {}
     statuses = decisions.pending
     # Only the verdict is needed (not positions or ETAs), and workloads of one
     # shape share one verdict: put each verdict's words together once.
     words: dict[int, tuple[WorkloadState, str, str]] = {}
-    if verdicts is not None and only is None:
+    if verdicts is not None:
         pairs: Iterable[tuple[WorkloadId, Verdict | None]] = verdicts.items()
     else:
-        pairs = ((wid, _verdict(statuses, wid)) for wid in (statuses if only is None else only))
+        pairs = ((wid, _verdict(statuses, wid)) for wid in statuses)
     for wid, verdict in pairs:
         if verdict is None:  # not pending any more (admitted by this cycle)
             continue
@@ -265,7 +255,7 @@ def _write_statuses(
             state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
             new = words[id(verdict)] = (state, verdict.reason.value, verdict.message)
         old = None if previous is None else previous.get(wid)
-        if old != new and (messages or old is None or old[:2] != new[:2]):
+        if old != new:
             changed[wid] = new
     if changed:
         distinct: dict[Status, int] = {}
