@@ -171,8 +171,9 @@ def main() -> None:
     args = parser.parse_args()
     for name in ("pending", "steady", "busy", "queues", "nodes"):
         value = getattr(args, name)
-        if not (0 if name == "busy" else 1) <= value <= 1_000_000:
-            parser.error(f"--{name} {value}: must be between 1 and 1,000,000")
+        least = 0 if name == "busy" else 1
+        if not least <= value <= 1_000_000:
+            parser.error(f"--{name} {value}: must be between {least} and 1,000,000")
     with tempfile.TemporaryDirectory() as tmp, scratch_database("scale") as url:
         print(server_description(url), f"| load average before: {load_average()}")
         cluster = Path(tmp) / "cluster.yaml"
