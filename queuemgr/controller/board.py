@@ -15,7 +15,10 @@ What must stay true:
   failed leaves both as they were; a new leadership or an unexpected error forgets
   everything (:meth:`BoardKeeper.reset`) and the next cycle reads the board again;
 - an ETA at or before the cycle's time is written as 0 ("now"), so an entry
-  changes when the workload's place changes, not when the clock moves.
+  changes when the workload's place changes, not when the clock moves
+  (``core.standings`` hands them so);
+- a queue whose standing is the object the board was last written from is not
+  looked at: the cost of a cycle's board follows the queues that changed.
 """
 
 from __future__ import annotations
@@ -23,27 +26,35 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from queuemgr.core.model import WorkloadId
+from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import PendingStatuses
+from queuemgr.core.standings import QueueStanding
 from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
 from queuemgr.store.status_board import BoardEntry, read_board
 
 _Entry = tuple[str | None, int, int, float | None]
+_Queue = ClusterQueueName | None
+# Per queue: the standing its rows were built from (None: read from the board),
+# and its rows by workload row id.
+_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, _Entry]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BoardChange:
     changed: Mapping[int, BoardEntry]  # by workload row id
     gone: tuple[int, ...]
-    after: dict[int, _Entry]  # the whole board once written
-    etas: Mapping[WorkloadId, float | None]  # every pending workload's, as computed
-    verdicts: Mapping[WorkloadId, Verdict]  # every pending workload's, resolved once
+    after: _Held  # the whole board once written
+    # Of the queues whose standing the board did not hold yet (the others are as
+    # written): each pending workload's ETA (0.0: now), by queue, and its verdict.
+    etas: Mapping[_Queue, Mapping[WorkloadId, float | None]]
+    verdicts: Mapping[WorkloadId, Verdict]
+    queues: frozenset[_Queue]  # every queue with pending workloads
 
 
 class BoardKeeper:
     def __init__(self) -> None:
-        self._held: dict[int, _Entry] | None = None  # None: not known, read it first
+        self._held: _Held | None = None  # None: not known, read it first
 
     def reset(self) -> None:
         self._held = None
@@ -53,39 +64,64 @@ class BoardKeeper:
         conn: Tx,
         statuses: PendingStatuses,
         row_ids: Mapping[WorkloadId, int],
-        *,
-        now: float,
     ) -> BoardChange:
-        """The writes that bring the board to ``statuses``; reads the board if not known."""
+        """The writes that bring the board to ``statuses``; reads the board if not known.
+
+        A queue whose standing is the very object last written (``core.standings``
+        carried it) is skipped whole: its rows, verdicts and ETAs are as written.
+        """
         held = self._held
         if held is None:
-            held = {
-                rid: (e.cluster_queue, e.position_in_local_queue, e.position_in_queue, e.eta)
-                for rid, e in read_board(conn).items()
-            }
-        after: dict[int, _Entry] = {}
+            held = {}
+            for stored, e in read_board(conn).items():
+                entry = (e.cluster_queue, e.position_in_local_queue, e.position_in_queue, e.eta)
+                at = None if e.cluster_queue is None else ClusterQueueName(e.cluster_queue)
+                held.setdefault(at, (None, {}))[1][stored] = entry
+        after: _Held = {}
         changed: dict[int, BoardEntry] = {}
-        etas: dict[WorkloadId, float | None] = {}
+        left: list[int] = []
+        etas: dict[_Queue, dict[WorkloadId, float | None]] = {}
         verdicts: dict[WorkloadId, Verdict] = {}
-        for wid, cq, lq_pos, cq_pos, eta, verdict in statuses.standings():
-            etas[wid] = eta
-            verdicts[wid] = verdict
-            rid = row_ids.get(wid)
-            if rid is None:  # not a stored row (a test's or a racing submission's)
+        for standing in statuses.by_queue():
+            name = standing.cluster_queue
+            before = held.get(name)
+            if before is not None and before[0] is standing:
+                after[name] = before
                 continue
-            if eta is not None and eta <= now:
-                eta = 0.0
-            entry = (cq, lq_pos, cq_pos, eta)
-            after[rid] = entry
-            if held.get(rid) != entry:
-                changed[rid] = BoardEntry(
-                    cluster_queue=cq,
-                    position_in_local_queue=lq_pos,
-                    position_in_queue=cq_pos,
-                    eta=eta,
-                )
-        gone = tuple(rid for rid in held if rid not in after)
-        return BoardChange(changed=changed, gone=gone, after=after, etas=etas, verdicts=verdicts)
+            old = {} if before is None else before[1]
+            rows: dict[int, _Entry] = {}
+            seen = etas[name] = {}
+            for wid, cq, lq_pos, cq_pos, eta, verdict in standing.rows:
+                seen[wid] = eta
+                verdicts[wid] = verdict
+                rid = row_ids.get(wid)
+                if rid is None:  # not a stored row (a test's or a racing submission's)
+                    continue
+                entry = (cq, lq_pos, cq_pos, eta)
+                rows[rid] = entry
+                if old.get(rid) != entry:
+                    changed[rid] = BoardEntry(
+                        cluster_queue=cq,
+                        position_in_local_queue=lq_pos,
+                        position_in_queue=cq_pos,
+                        eta=eta,
+                    )
+            # Carried next time only if every row is on the board.
+            after[name] = (standing if len(rows) == len(standing.rows) else None, rows)
+            left.extend(rid for rid in old if rid not in rows)
+        for name, (_, rows) in held.items():
+            if name not in after:
+                left.extend(rows)
+        # A row that moved to another queue (a new configuration) is changed, not gone.
+        gone = tuple(rid for rid in left if rid not in changed)
+        return BoardChange(
+            changed=changed,
+            gone=gone,
+            after=after,
+            etas=etas,
+            verdicts=verdicts,
+            queues=frozenset(after),
+        )
 
     def written(self, change: BoardChange) -> None:
         self._held = change.after

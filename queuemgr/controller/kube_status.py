@@ -10,7 +10,9 @@ the reason or message changed.
 
 What must stay true: a status is written only when it differs from the last
 one written for that job (position and ETA alone change only the
-annotations, not the conditions); writes are paced by their own token
+annotations, not the conditions), and a cycle costs the writer the queues
+whose standing changed, not every pending job (an ETA written as "now"
+stays as written while the job waits on: it reads "due"); writes are paced by their own token
 bucket, below the client's, so start and stop patches keep their share of
 the client's rate; a write that loses a race (the job changed meanwhile) is
 retried on the fresh copy; nothing here affects scheduling.
@@ -23,7 +25,9 @@ import threading
 from datetime import UTC, datetime
 
 from queuemgr.controller.worker import Worker
+from queuemgr.core.model import ClusterQueueName
 from queuemgr.core.reasons import Decisions, PendingStatus
+from queuemgr.core.standings import QueueStanding
 from queuemgr.k8s.apiclient import ApiException, RateLimiter
 from queuemgr.k8s.cluster import ClusterWatch, JobRef
 from queuemgr.k8s.events import EventRecorder
@@ -67,9 +71,11 @@ class StatusWriter(Worker):
         self._events = events
         self._limiter = RateLimiter(qps, burst)
         self._lock = threading.Lock()
-        self._decisions: Decisions | None = None
+        self._decisions: tuple[Decisions, float] | None = None
         self._desired: dict[str, QueueStatus] = {}
         self._written: dict[str, QueueStatus] = {}
+        self._dirty: set[str] = set()  # desired, and not what was last written
+        self._absorbed: dict[ClusterQueueName | None, QueueStanding] = {}
         self._conditions_off: set[str] = set()  # kinds whose status refused our conditions
         self.writes = 0
 
@@ -77,13 +83,22 @@ class StatusWriter(Worker):
     def observe(self, decisions: Decisions, now: float) -> None:
         """The loop's hook after each cycle: keep only the latest decisions."""
         with self._lock:
-            self._decisions = decisions
+            self._decisions = (decisions, now)
         self._event.set()
 
     def set(self, workload_id: str, status: QueueStatus) -> None:
         with self._lock:
-            self._desired[workload_id] = status
+            self._want(workload_id, status)
         self._event.set()
+
+    def _want(self, workload_id: str, status: QueueStatus) -> None:
+        # Under the lock. Only what differs from the last write is to do: a cycle
+        # costs the writer what changed, not every pending job.
+        self._desired[workload_id] = status
+        if self._written.get(workload_id) != status:
+            self._dirty.add(workload_id)
+        else:
+            self._dirty.discard(workload_id)
 
     # -- the worker ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -103,11 +118,11 @@ class StatusWriter(Worker):
         with self._lock:
             decisions, self._decisions = self._decisions, None
         if decisions is not None:
-            self._absorb(decisions)
+            self._absorb(*decisions)
         with self._lock:
-            todo = [(w, s) for w, s in self._desired.items() if self._written.get(w) != s]
+            todo = [(w, self._desired[w]) for w in sorted(self._dirty)]
         retry = 0
-        for wid, status in sorted(todo, key=lambda t: t[0]):
+        for wid, status in todo:
             if self._stopping.is_set():
                 break
             ref = self._watch.job(wid)
@@ -115,15 +130,18 @@ class StatusWriter(Worker):
                 with self._lock:
                     self._desired.pop(wid, None)
                     self._written.pop(wid, None)
+                    self._dirty.discard(wid)
                 continue
             if not self._write(ref, status, self._written.get(wid)):
                 retry += 1
                 continue
             with self._lock:
                 self._written[wid] = status
+                if self._desired.get(wid) == status:
+                    self._dirty.discard(wid)
         return retry
 
-    def _absorb(self, decisions: Decisions) -> None:
+    def _absorb(self, decisions: Decisions, now: float) -> None:
         fresh: dict[str, QueueStatus] = {}
         for a in decisions.admitted:
             adm = a.admission
@@ -136,10 +154,29 @@ class StatusWriter(Worker):
             fresh[e.victim.workload.id] = QueueStatus(
                 admitted=False, reason="Preempted", message=e.message
             )
-        for wid, st in decisions.pending.items():
-            fresh[wid] = pending_status(st)
+        # A queue whose standing is the one absorbed last time (``core.standings``
+        # carried it) holds the same statuses: skipped whole.
+        absorbed: dict[ClusterQueueName | None, QueueStanding] = {}
+        for standing in decisions.pending.by_queue():
+            absorbed[standing.cluster_queue] = standing
+            if self._absorbed.get(standing.cluster_queue) is standing:
+                continue
+            for wid, cq, lq_pos, cq_pos, eta, verdict in standing.rows:
+                fresh[wid] = pending_status(
+                    PendingStatus(
+                        workload=wid,
+                        cluster_queue=cq,
+                        reason=verdict.reason,
+                        message=verdict.message,
+                        position_in_local_queue=lq_pos,
+                        position_in_cluster_queue=cq_pos,
+                        eta=now if eta == 0.0 else eta,
+                    )
+                )
+        self._absorbed = absorbed
         with self._lock:
-            self._desired.update(fresh)
+            for job, status in fresh.items():
+                self._want(job, status)
 
     def _write(self, ref: JobRef, status: QueueStatus, last: QueueStatus | None) -> bool:
         meta = ref.obj["metadata"]

@@ -190,7 +190,9 @@ class SchedulerLoop:
             started = self._gauges.now()
             self._metrics.set_gauges(snapshot, decisions, state.backing_off_workloads)
             self._gauges.refreshed(started)
-        for predicted, actual in self._eta.observe(decisions.admitted, board.etas, now):
+        for predicted, actual in self._eta.observe(
+            decisions.admitted, board.etas, board.queues, now
+        ):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
         if self._heap is not None and self._heap.after_cycle(self._mirror.rows_read, now):
@@ -224,7 +226,7 @@ class SchedulerLoop:
             fence(conn, token)
             # Where every workload left pending stands, in the same transaction as the
             # admissions that moved them: the board never shows an uncommitted cycle.
-            board = self._board.diff(conn, d.pending, self._mirror.row_ids(), now=now)
+            board = self._board.diff(conn, d.pending, self._mirror.row_ids())
             write_board(conn, board.changed, board.gone, now=now)
             persisted = persist_decisions(
                 conn,

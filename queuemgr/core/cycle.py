@@ -74,6 +74,7 @@ from queuemgr.core.reasons import (
     blocked_by_head,
 )
 from queuemgr.core.snapshot import Snapshot
+from queuemgr.core.standings import carried
 from queuemgr.core.verdicts import PendingReason, Verdict
 from queuemgr.core.victim_rules import preempts_within
 
@@ -343,6 +344,9 @@ class Cycle(Admitter):
             blocked=self._blocked,
             admitted=frozenset(a.workload.id for a in self.admitted),
             eta_for=self._eta,
+            cluster_queues=config.cluster_queues,
+            memo=carried(self.snapshot.memo, config),
+            now=self.now,
         )
         return Decisions(
             admitted=tuple(self.admitted),

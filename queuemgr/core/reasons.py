@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from queuemgr.core.model import (
     AdmittedWorkload,
+    ClusterQueue,
     ClusterQueueName,
     FlavorName,
     ShapeId,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from queuemgr.core.claims import Claim
     from queuemgr.core.reservations import Reservation
 from queuemgr.core.resources import ResourceName, format_quantity
+from queuemgr.core.standings import QueueStanding, StandingsMemo, standings
 from queuemgr.core.verdicts import PendingReason, Verdict
 
 
@@ -88,8 +90,15 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
         rank: Rank | None = None,
         ranks: Mapping[ClusterQueueName, Rank] | None = None,
         eta_for: Callable[[Workload, ClusterQueueName], float | None] | None = None,
+        cluster_queues: Mapping[ClusterQueueName, ClusterQueue] | None = None,
+        memo: StandingsMemo | None = None,
+        now: float = 0.0,
     ) -> None:
         self._eta_for = eta_for
+        self._cluster_queues = cluster_queues or {}
+        self._memo = memo if cluster_queues is not None else None
+        self._now = now
+        self._standings: list[QueueStanding] | None = None
         self._rank = rank
         self._ranks = ranks or {}  # per ClusterQueue, where it differs from ``rank``
         self._queues = queues
@@ -213,19 +222,37 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
             eta=self._eta(w, cq, verdict),
         )
 
-    def standings(
-        self,
-    ) -> Iterator[tuple[WorkloadId, ClusterQueueName | None, int, int, float | None, Verdict]]:
-        """(workload, queue, local position, queue position, eta, verdict) of every pending one.
+    def by_queue(self) -> list[QueueStanding]:
+        """Every pending workload's row, one standing per ClusterQueue (``core.standings``).
 
-        What ``self[wid]`` holds, without a status object per workload: the
-        service writes all of them every cycle (its status board, and each
-        workload's reason and message from the verdict).
+        What ``self[wid]`` holds, without a status object per workload, an ETA
+        due now as 0.0: the service writes all of them every cycle (its status
+        board, and each workload's reason and message from the verdict). With
+        the snapshot's memo, a queue whose inputs did not change since the
+        previous cycle gets that cycle's standing, the same object.
         """
-        resolve, eta = self._resolve, self._eta
-        for wid, (w, cq, lq_pos, cq_pos) in self._count().items():
-            verdict = resolve(w, cq)
-            yield wid, cq, lq_pos, cq_pos, eta(w, cq, verdict), verdict
+        if self._standings is None:
+            self._standings = standings(
+                queues=self._queues,
+                unroutable=self._unroutable,
+                cluster_queues=self._cluster_queues,
+                verdicts=self._verdicts,
+                shape_verdicts=self._shape_verdicts,
+                blocked=self._blocked,
+                admitted=self._admitted,
+                ranks=self._all_ranks(),
+                resolve=self._resolve,
+                eta=self._eta,
+                eta_for=self._eta_for,
+                memo=self._memo,
+                now=self._now,
+            )
+        return self._standings
+
+    def _all_ranks(self) -> Mapping[ClusterQueueName, Rank]:
+        if self._rank is None:
+            return self._ranks
+        return {name: self._ranks.get(name, self._rank) for name in self._queues}
 
     def _eta(self, w: Workload, cq: ClusterQueueName | None, verdict: Verdict) -> float | None:
         if verdict.eta is not None or cq is None or self._eta_for is None:

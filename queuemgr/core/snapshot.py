@@ -125,10 +125,11 @@ class CycleMemo:
     only when that is the same, so a memo never changes a decision (core.eta).
     """
 
-    __slots__ = ("etas",)
+    __slots__ = ("etas", "standings")
 
     def __init__(self) -> None:
         self.etas: object | None = None
+        self.standings: object | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

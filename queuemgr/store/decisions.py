@@ -124,8 +124,9 @@ def persist_decisions(
     workloads whose state, reason or message changed; without it all are written.
     ``ids`` (workload -> row id, when the caller knows them) lets the status
     writes find their rows by primary key and send integers instead of names.
-    ``verdicts`` (every pending workload's, when the caller resolved them already,
-    ``PendingStatuses.standings``) saves resolving each one again.
+    ``verdicts`` (when the caller resolved them already, ``PendingStatuses.by_queue``)
+    limits the status writes to those workloads, whose verdict may have changed: the
+    caller vouches that every other pending one is as ``previous`` holds it.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queuemgr.controller.eta import EtaTracker
 from queuemgr.core.cycle import schedule
-from queuemgr.core.model import WorkloadId
+from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import Decisions
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 
@@ -18,9 +18,14 @@ def _world() -> World:
     return world
 
 
-def _etas(decisions: Decisions) -> dict[WorkloadId, float | None]:
-    """Every pending workload's ETA, as the status board hands them to the tracker."""
-    return {wid: eta for wid, _, _, _, eta, _ in decisions.pending.standings()}
+def _etas(decisions: Decisions) -> dict[ClusterQueueName | None, dict[WorkloadId, float | None]]:
+    """Every pending workload's ETA by queue, as the status board hands them to the tracker."""
+    return {
+        s.cluster_queue: {row[0]: row[4] for row in s.rows} for s in decisions.pending.by_queue()
+    }
+
+
+A = [ClusterQueueName("a")]
 
 
 def test_the_first_eta_is_measured_against_the_actual_start() -> None:
@@ -28,17 +33,17 @@ def test_the_first_eta_is_measured_against_the_actual_start() -> None:
     tracker = EtaTracker()
     snapshot = world.snapshot()
     first = schedule(snapshot, 10.0)
-    assert tracker.observe(first.admitted, _etas(first), 10.0) == []
+    assert tracker.observe(first.admitted, _etas(first), A, 10.0) == []
     assert first.pending["a/w"].eta == 100.0
     # A later cycle's better ETA does not replace what the tenant was first told.
-    tracker.observe((), {WorkloadId("a/w"): 60.0}, 50.0)
+    tracker.observe((), {ClusterQueueName("a"): {WorkloadId("a/w"): 60.0}}, A, 50.0)
     # The running job ends late; w starts at 130: 30 s after its ETA.
     late = World().cq(make_cq("a").nominal(gpu=8, cpu="96"))
     late.node(make_nodes("n", 1))
     late.submit(make_workload("w").ns("a").gpus(8).at(1.0))
     started = schedule(late.snapshot(), 130.0)
     assert [a.workload.id for a in started.admitted] == ["a/w"]
-    assert tracker.observe(started.admitted, _etas(started), 130.0) == [(100.0, 130.0)]
+    assert tracker.observe(started.admitted, _etas(started), A, 130.0) == [(100.0, 130.0)]
     assert len(tracker) == 0
 
 
@@ -51,7 +56,7 @@ def test_unknown_etas_and_vanished_workloads_are_not_measured() -> None:
     decisions = schedule(world.snapshot(), 10.0)
     assert decisions.pending["a/w"].eta is None
     tracker = EtaTracker()
-    tracker.observe(decisions.admitted, _etas(decisions), 10.0)
+    tracker.observe(decisions.admitted, _etas(decisions), A, 10.0)
     assert len(tracker) == 1
-    tracker.observe((), {}, 20.0)  # cancelled meanwhile
+    tracker.observe((), {ClusterQueueName("a"): {}}, A, 20.0)  # cancelled meanwhile
     assert len(tracker) == 0
