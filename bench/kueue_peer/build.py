@@ -179,6 +179,73 @@ def ensure_built() -> KueueBinaries:
     )
 
 
+# minimalkueue v0.17.0 sets its client budget in code, with no flag; these are the lines.
+BUDGET_SOURCE = "test/performance/scheduler/minimalkueue/main.go"
+BUDGET_LINES = ("\tkubeConfig.QPS = 50\n", "\tkubeConfig.Burst = 100\n")
+DEFAULT_BUDGET = (50, 100)
+
+
+def budget_minimalkueue(qps: int, burst: int) -> Path:
+    """minimalkueue with its client at ``qps`` / ``burst``, built once per budget.
+
+    Go refuses overlays of files in GOMODCACHE, so the module's source is copied
+    next to the binaries, its ``main.go`` gets the two numbers, and the build
+    replaces the module with that copy through a scratch ``-modfile`` (this
+    module's go.mod plus one ``replace``; its go.sum). Nothing but those two
+    numbers differs from the module's source. The binary sits beside the others
+    (``minimalkueue-qps<q>-burst<b>``), so a new Kueue build drops it. Raises
+    BuildError when the lines are not there exactly once (another version).
+    """
+    paths = ensure_built()
+    if (qps, burst) == DEFAULT_BUDGET:
+        return paths.minimalkueue
+    out = directory() / f"minimalkueue-qps{qps}-burst{burst}"
+    if os.access(out, os.X_OK):
+        return out
+    go = go_command()
+    assert go is not None  # ensure_built found it
+    with build_lock(cache_root()):
+        if os.access(out, os.X_OK):
+            return out
+        work = Path(tempfile.mkdtemp(prefix=".budget-", dir=cache_root()))
+        try:
+            copy = work / "kueue"
+            shutil.copytree(paths.source, copy)
+            for path in (copy, *copy.rglob("*")):
+                path.chmod(path.stat().st_mode | 0o200)  # GOMODCACHE is read-only
+            main = copy / BUDGET_SOURCE
+            text = main.read_text()
+            for line in BUDGET_LINES:
+                if text.count(line) != 1:
+                    raise BuildError(
+                        f"{paths.source / BUDGET_SOURCE} does not set {line.strip()!r} exactly once"
+                    )
+            text = text.replace(BUDGET_LINES[0], f"\tkubeConfig.QPS = {qps}\n")
+            main.write_text(text.replace(BUDGET_LINES[1], f"\tkubeConfig.Burst = {burst}\n"))
+            modfile = work / "go.mod"
+            modfile.write_text(
+                (HERE / "go.mod").read_text() + f"\nreplace {KUEUE_MODULE} => {copy}\n"
+            )
+            shutil.copyfile(HERE / "go.sum", work / "go.sum")
+            _log(f"building minimalkueue at QPS {qps} / burst {burst}")
+            _go(
+                go,
+                "build",
+                f"-modfile={modfile}",
+                "-buildvcs=false",
+                "-trimpath",
+                "-ldflags",
+                LDFLAGS,
+                "-o",
+                str(work / "minimalkueue"),
+                f"{PACKAGE_PREFIX}/minimalkueue",
+            )
+            (work / "minimalkueue").rename(out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def _describe(paths: KueueBinaries) -> list[str]:
     return [
         f"kueue {paths.version}",

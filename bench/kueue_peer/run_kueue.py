@@ -1,6 +1,6 @@
 """Run Kueue's own scheduler benchmark (``configs/baseline``) on this machine.
 
-    python bench/kueue_peer/run_kueue.py [--runs N] [--out DIR] [--json FILE]
+    python bench/kueue_peer/run_kueue.py [--runs N] [--out DIR] [--json FILE] [--qps Q --burst B]
 
 Why it exists: ``bench/kueue_baseline.py`` sets queuemgr beside the figures
 Kueue publishes, which come from other hardware. This runs Kueue v0.17.0's
@@ -12,7 +12,7 @@ The runner starts etcd and kube-apiserver itself (controller-runtime's
 envtest, pointed at a temporary ``KUBEBUILDER_ASSETS`` of symlinks), then
 minimalkueue, creates 15,000 workloads and records them until all finish (a
 run takes about 7 minutes). Its files (``summary.yaml``,
-``minimalkueue.stats.yaml``, ``wlStates.csv``, ``cqStates.csv``,
+``minimalkueue.stats.yaml`` (named after the binary), ``wlStates.csv``, ``cqStates.csv``,
 ``runner.log``) go to ``--out DIR/run-<i>``, or to a temporary directory that
 is removed afterwards. While it runs, ``/proc`` of the runner's children is
 sampled each second for kube-apiserver's and etcd's CPU seconds and peak RSS
@@ -42,6 +42,11 @@ Figures: ``minimalkueue wall`` is the one Kueue's rangespec checks
 (``cmd.maxWallMs``, published average 351 s); ``cq events span`` is the first
 to the last ClusterQueue event the recorder saw; ``cq usage`` is the mean
 ClusterQueue usage over that span against nominal quota.
+
+Client budget: minimalkueue sets QPS 50 / burst 100 in its ``main.go``, with no
+flag. ``--qps``/``--burst`` other than those build a copy whose only change is
+those two numbers (``build.budget_minimalkueue``: the module's file, rewritten,
+through ``go build -overlay``), so Kueue can run at the budget queuemgr runs at.
 
 Exit status: 0 when every run finished, 1 when a build or run failed, 2 for a
 usage error or when no ``go`` toolchain is on PATH.
@@ -222,7 +227,11 @@ def _figures(
     out: Path, wall: float, sampler: ProcSampler, scraper: ApiScraper, generated: int
 ) -> tuple[dict[str, float | None], dict[str, Any]]:
     summary = yaml.safe_load((out / "summary.yaml").read_text()) or {}
-    stats = yaml.safe_load((out / "minimalkueue.stats.yaml").read_text()) or {}
+    # The runner names it after the binary (minimalkueue-qps300-burst500 at another budget).
+    found = sorted(out.glob("minimalkueue*.stats.yaml"))
+    if len(found) != 1:
+        raise ValueError(f"{out}: expected one minimalkueue*.stats.yaml, found {len(found)}")
+    stats = yaml.safe_load(found[0].read_text()) or {}
     figures: dict[str, float | None] = {"runner wall (s)": wall}
     figures["minimalkueue wall (s)"] = stats.get("wallMs", 0) / 1000
     cq = (summary.get("clusterQueueClasses") or {}).get("cq") or {}
@@ -354,12 +363,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=int, default=15, help="minutes a run may take (default 15)"
     )
+    parser.add_argument(
+        "--qps",
+        type=int,
+        default=kueue_build.DEFAULT_BUDGET[0],
+        help="minimalkueue's client QPS (50, set in its code; another value builds a copy)",
+    )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=kueue_build.DEFAULT_BUDGET[1],
+        help="minimalkueue's client burst (100)",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.timeout < 1:
         parser.error("--runs and --timeout must be at least 1")
+    if args.qps < 1 or args.burst < 1:
+        parser.error(f"--qps and --burst must be at least 1 (got {args.qps}, {args.burst})")
     try:
         plane = cp_build.ensure_built()
         kueue = kueue_build.ensure_built()
+        minimalkueue = kueue_build.budget_minimalkueue(args.qps, args.burst)
     except cp_build.GoMissing as error:
         print(f"kueue-peer: {error}", file=sys.stderr)
         return 2
@@ -379,11 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         str(kueue.runner),
         f"--crds={kueue.source / 'config/components/crd/bases'}",
         f"--generatorConfig={generator / 'generator.yaml'}",
-        f"--minimalKueue={kueue.minimalkueue}",
+        f"--minimalKueue={minimalkueue}",
         f"--timeout={args.timeout}m",  # the recorder's bound; ours is a minute more
     ]
     print(
-        f"kueue {kueue.version}, kubernetes {plane.kubernetes_version}, etcd {plane.etcd_version}"
+        f"kueue {kueue.version}, kubernetes {plane.kubernetes_version}, etcd {plane.etcd_version}; "
+        f"minimalkueue's client: qps {args.qps}, burst {args.burst}"
     )
     results: list[dict[str, float | None]] = []
     details: list[dict[str, Any]] = []
