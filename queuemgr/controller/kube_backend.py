@@ -153,10 +153,12 @@ class KubernetesBackend:
         flavor = self._flavors(admitted.admission.flavor)
         if flavor is None:
             raise BackendError(f"start {wid}: flavor {admitted.admission.flavor} not found")
-        labels = {
-            NodeName(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {})
-            for n in self.watch.nodes()
-        }
+        # Only the nodes the gang is placed on: a start must not cost a walk of every node.
+        labels: dict[NodeName, dict[str, Any]] = {}
+        for p in admitted.admission.placements:
+            node = self.watch.node(p.node)
+            if node is not None:
+                labels[p.node] = dict(node["metadata"].get("labels") or {})
         placement = Placement.of(
             admitted.admission,
             flavor,

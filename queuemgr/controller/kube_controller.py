@@ -11,12 +11,15 @@ What must stay true: one rate-limited API client for everything (so the
 configured QPS is the controller's whole budget); the watches start before
 the loop and the loop's backend refuses to act until they have listed; the
 sync and the readiness check act only on the leader; stopping stops the
-writers before the watches they read.
+writers before the watches they read; a start reads its flavor from the store
+at most ``FLAVOR_TTL`` seconds stale.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING
 
 from queuemgr.controller.kube_backend import KubernetesBackend
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Seconds a flavor read for a start is reused: an edit reaches the starts that late.
+FLAVOR_TTL = 2.0
+
+
 class KubeController:
     def __init__(
         self,
@@ -52,6 +59,8 @@ class KubeController:
         self.settings = settings
         self.db = db
         self.clock = clock
+        self._flavors: dict[str, tuple[ResourceFlavor | None, float]] = {}
+        self._flavor_lock = threading.Lock()
         self.client = client or api_client(
             settings.kubeconfig, qps=settings.qps, burst=settings.burst, context=settings.context
         )
@@ -77,8 +86,19 @@ class KubeController:
         self.readiness: PodsReadyCheck | None = None
 
     def _flavor(self, name: str) -> ResourceFlavor | None:
+        # Each start needs its flavor's labels; a read per start cost a transaction
+        # (and a pooled connection's ping) on the start threads, on the path from
+        # admission to unsuspension. A flavor changes rarely: reused for a moment.
+        now = time.monotonic()
+        with self._flavor_lock:
+            hit = self._flavors.get(name)
+            if hit is not None and now - hit[1] < FLAVOR_TTL:
+                return hit[0]
         with self.db.read() as conn:
-            return flavor(conn, name)
+            found = flavor(conn, name)
+        with self._flavor_lock:
+            self._flavors[name] = (found, now)
+        return found
 
     def attach(self, elector: LeaderElector, metrics: SchedulerMetrics) -> None:
         """The parts that act only while leading."""
