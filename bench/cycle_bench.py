@@ -13,7 +13,9 @@ With ``--runtimes`` the running workloads declare a max_runtime (1 h to 3 d), so
 every ETA walks a timeline of releases; without, every end is unknown.
 
 The main figure is a cycle whose every pending workload's status (reason,
-positions, ETA) is then read, every row built; the lazy cycle, whose
+positions, ETA) is then built as the service writes it
+(``PendingStatuses.by_queue``), every ClusterQueue's rows afresh, as when
+every queue changed since the cycle before; the lazy cycle, whose
 statuses are built only when asked, is beside it. Last, the quiet cycle: the
 same state scheduled again with the cache's memo, its statuses read as the
 service writes them (``PendingStatuses.by_queue``), so each ClusterQueue's
@@ -171,9 +173,9 @@ def time_statuses(snap: Snapshot, repeat: int) -> tuple[float, float, int]:
     for _ in range(repeat):
         c0 = time.process_time()
         decisions = schedule(snap, 0.0)
-        statuses = [decisions.pending[wid] for wid in decisions.pending]
+        standings = decisions.pending.by_queue()
         cpus.append(time.process_time() - c0)
-        with_eta = sum(1 for s in statuses if s.eta is not None)
+        with_eta = sum(1 for s in standings for row in s.rows if row[4] is not None)
     return min(cpus), statistics.median(cpus), with_eta
 
 

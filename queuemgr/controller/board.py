@@ -31,18 +31,17 @@ from queuemgr.core.reasons import PendingStatuses
 from queuemgr.core.standings import QueueStanding
 from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
-from queuemgr.store.status_board import BoardEntry, read_board
+from queuemgr.store.status_board import Entry, read_board
 
-_Entry = tuple[str | None, int, int, float | None]
 _Queue = ClusterQueueName | None
 # Per queue: the standing its rows were built from (None: read from the board),
 # and its rows by workload row id.
-_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, _Entry]]]
+_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BoardChange:
-    changed: Mapping[int, BoardEntry]  # by workload row id
+    changed: Mapping[int, Entry]  # by workload row id
     gone: tuple[int, ...]
     after: _Held  # the whole board once written
     # Of the queues whose standing the board did not hold yet (the others are as
@@ -78,7 +77,7 @@ class BoardKeeper:
                 at = None if e.cluster_queue is None else ClusterQueueName(e.cluster_queue)
                 held.setdefault(at, (None, {}))[1][stored] = entry
         after: _Held = {}
-        changed: dict[int, BoardEntry] = {}
+        changed: dict[int, Entry] = {}
         left: list[int] = []
         etas: dict[_Queue, dict[WorkloadId, float | None]] = {}
         verdicts: dict[WorkloadId, Verdict] = {}
@@ -89,7 +88,7 @@ class BoardKeeper:
                 after[name] = before
                 continue
             old = {} if before is None else before[1]
-            rows: dict[int, _Entry] = {}
+            rows: dict[int, Entry] = {}
             seen = etas[name] = {}
             for wid, cq, lq_pos, cq_pos, eta, verdict in standing.rows:
                 seen[wid] = eta
@@ -100,12 +99,7 @@ class BoardKeeper:
                 entry = (cq, lq_pos, cq_pos, eta)
                 rows[rid] = entry
                 if old.get(rid) != entry:
-                    changed[rid] = BoardEntry(
-                        cluster_queue=cq,
-                        position_in_local_queue=lq_pos,
-                        position_in_queue=cq_pos,
-                        eta=eta,
-                    )
+                    changed[rid] = entry
             # Carried next time only if every row is on the board.
             after[name] = (standing if len(rows) == len(standing.rows) else None, rows)
             left.extend(rid for rid in old if rid not in rows)

@@ -191,7 +191,16 @@ def standings(
             if held is not None and held[0] is queue and held[1] == key:
                 out.append(held[2])
                 continue
-        rows = _rows(name, queue.ranked(ranks.get(name)), admitted, resolve, eta, now)
+        rows = _rows(
+            name,
+            queue.ranked(ranks.get(name)),
+            admitted,
+            verdicts,
+            cluster_queues[name].may_borrow,
+            resolve,
+            eta,
+            now,
+        )
         standing = QueueStanding(cluster_queue=name, rows=rows)
         if memo is not None:
             if key is None:
@@ -200,7 +209,7 @@ def standings(
                 memo.blocks[name] = (queue, key, standing)
         out.append(standing)
     if unroutable:
-        rows = _rows(None, unroutable, frozenset(), resolve, eta, now)
+        rows = _rows(None, unroutable, frozenset(), verdicts, None, resolve, eta, now)
         out.append(QueueStanding(cluster_queue=None, rows=rows))
     return out
 
@@ -247,6 +256,8 @@ def _rows(
     name: ClusterQueueName | None,
     ranked: Iterable[Workload],
     admitted: frozenset[WorkloadId],
+    judged: Mapping[WorkloadId, Verdict],
+    may_borrow: Callable[[Workload], bool] | None,
     resolve: Callable[[Workload, ClusterQueueName | None], Verdict],
     eta: Callable[[Workload, ClusterQueueName | None, Verdict], float | None],
     now: float,
@@ -254,6 +265,9 @@ def _rows(
     rows: list[Row] = []
     lq_pos: dict[tuple[str, str], int] = {}
     cq_pos = 0
+    # A workload the cycle did not try itself has its shape's verdict and its class's
+    # ETA: worked out once per (shape, may borrow), not once per workload.
+    shared: dict[tuple[ShapeId, bool], tuple[Verdict, float | None]] = {}
     for w in ranked:
         if w.id in admitted:
             continue
@@ -261,6 +275,15 @@ def _rows(
             cq_pos += 1
         lq = (w.namespace, w.queue)
         lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
-        verdict = resolve(w, name)
-        rows.append((w.id, name, n, cq_pos, as_of(eta(w, name, verdict), now), verdict))
+        if may_borrow is None or w.id in judged:
+            verdict = resolve(w, name)
+            at = as_of(eta(w, name, verdict), now)
+        else:
+            key = (w.shape, may_borrow(w))
+            hit = shared.get(key)
+            if hit is None:
+                verdict = resolve(w, name)
+                hit = shared[key] = (verdict, as_of(eta(w, name, verdict), now))
+            verdict, at = hit
+        rows.append((w.id, name, n, cq_pos, at, verdict))
     return tuple(rows)

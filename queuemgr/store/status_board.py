@@ -35,6 +35,11 @@ from queuemgr.core.resources import GPU
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 
+# A row as the leader writes it: (ClusterQueue, position in LocalQueue, in
+# ClusterQueue, ETA), the fields of BoardEntry in order; a plain tuple, as
+# tens of thousands may be written in one cycle.
+Entry = tuple[str | None, int, int, float | None]
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BoardEntry:
@@ -125,7 +130,7 @@ WHERE w.state = 'Admitted' AND w.cluster_queue IN (
 
 def write_board(
     conn: Connection,
-    changed: Mapping[int, BoardEntry],
+    changed: Mapping[int, Entry],
     gone: Collection[int],
     *,
     now: float,
@@ -134,15 +139,15 @@ def write_board(
     if gone:
         conn.execute(_DELETE, {"ids": literal(list(gone))})
     if changed:
-        entries = list(changed.values())
+        cqs, lqs, positions, etas = zip(*changed.values(), strict=True)
         conn.execute(
             _UPSERT,
             {
                 "ids": literal(list(changed)),
-                "cqs": literal([e.cluster_queue for e in entries]),
-                "lq": literal([e.position_in_local_queue for e in entries]),
-                "cq": literal([e.position_in_queue for e in entries]),
-                "etas": literal([e.eta for e in entries]),
+                "cqs": literal(list(cqs)),
+                "lq": literal(list(lqs)),
+                "cq": literal(list(positions)),
+                "etas": literal(list(etas)),
             },
         )
     conn.execute(_STAMP, {"at": codec.timestamp(now)})
