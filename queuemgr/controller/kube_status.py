@@ -162,17 +162,9 @@ class StatusWriter(Worker):
             if self._absorbed.get(standing.cluster_queue) is standing:
                 continue
             for wid, cq, lq_pos, cq_pos, eta, verdict in standing.rows:
-                fresh[wid] = pending_status(
-                    PendingStatus(
-                        workload=wid,
-                        cluster_queue=cq,
-                        reason=verdict.reason,
-                        message=verdict.message,
-                        position_in_local_queue=lq_pos,
-                        position_in_cluster_queue=cq_pos,
-                        eta=now if eta == 0.0 else eta,
-                    )
-                )
+                at = now if eta == 0.0 else eta
+                judged = PendingStatus.judged(wid, cq, verdict, (lq_pos, cq_pos), at)
+                fresh[wid] = pending_status(judged)
         self._absorbed = absorbed
         with self._lock:
             for job, status in fresh.items():

@@ -68,6 +68,26 @@ class PendingStatus:
     # the workloads ahead of it). None when unknown or when it can never fit.
     eta: float | None = None
 
+    @classmethod
+    def judged(
+        cls,
+        workload: WorkloadId,
+        cluster_queue: ClusterQueueName | None,
+        verdict: Verdict,
+        positions: tuple[int, int],
+        eta: float | None,
+    ) -> PendingStatus:
+        """A status from ``verdict``, at ``positions`` (in its LocalQueue, its ClusterQueue)."""
+        return cls(
+            workload=workload,
+            cluster_queue=cluster_queue,
+            reason=verdict.reason,
+            message=verdict.message,
+            position_in_local_queue=positions[0],
+            position_in_cluster_queue=positions[1],
+            eta=eta,
+        )
+
 
 class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
     """Every workload left pending, with its verdict and positions.
@@ -212,15 +232,7 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
     def __getitem__(self, wid: WorkloadId) -> PendingStatus:
         w, cq, lq_pos, cq_pos = self._count()[wid]
         verdict = self._resolve(w, cq)
-        return PendingStatus(
-            workload=wid,
-            cluster_queue=cq,
-            reason=verdict.reason,
-            message=verdict.message,
-            position_in_local_queue=lq_pos,
-            position_in_cluster_queue=cq_pos,
-            eta=self._eta(w, cq, verdict),
-        )
+        return PendingStatus.judged(wid, cq, verdict, (lq_pos, cq_pos), self._eta(w, cq, verdict))
 
     def by_queue(self) -> list[QueueStanding]:
         """Every pending workload's row, one standing per ClusterQueue (``core.standings``).
