@@ -60,3 +60,13 @@ def test_unknown_etas_and_vanished_workloads_are_not_measured() -> None:
     assert len(tracker) == 1
     tracker.observe((), {ClusterQueueName("a"): {}}, A, 20.0)  # cancelled meanwhile
     assert len(tracker) == 0
+
+
+def test_an_eta_due_now_is_measured_from_the_cycle_that_gave_it() -> None:
+    # The board hands an ETA at or before the cycle's time as 0.0 ("now"); the tracker
+    # records the time of that cycle, so a start 5 s later is 5 s off, not 55 s.
+    tracker = EtaTracker()
+    wid = WorkloadId("a/w")
+    tracker.observe((), {ClusterQueueName("a"): {wid: 0.0}}, A, 50.0)
+    running = make_admitted(make_workload("w").ns("a").gpus(8).build(), "a", "default", {"n-0": 1})
+    assert tracker.observe([running], {ClusterQueueName("a"): {}}, A, 55.0) == [(50.0, 55.0)]
