@@ -14,7 +14,9 @@ ClusterQueue's rows are a function of a few inputs:
 
 When they are all what they were in the previous cycle, its rows are that
 cycle's rows: the very same :class:`QueueStanding` object, so a consumer that
-wrote it may skip it (``controller.board``). What is then left per cycle is a
+wrote it may skip it (``controller.board``). Only a queue whose object lasted
+a cycle is compared at all (its inputs are worked out from then on), so a
+queue that changes every cycle costs no more than its rows. What is then left per cycle is a
 look at each queue's verdicts and classes, and the rows of the queues that
 changed: the cost follows what changed, not the backlog.
 
@@ -105,8 +107,11 @@ class StandingsMemo:
 
     def __init__(self, config: object) -> None:
         self.config = config
-        self.members: dict[ClusterQueueName, tuple[PendingQueue, _Members]] = {}
-        self.queue_of: dict[WorkloadId, ClusterQueueName] = {}  # every member's queue
+        # A queue's members are worked out once its object has lasted a cycle: a queue
+        # that changes every cycle (a busy one) could never be carried, so it never
+        # pays for them. None: the object is new this cycle.
+        self.members: dict[ClusterQueueName, tuple[PendingQueue, _Members | None]] = {}
+        self.queue_of: dict[WorkloadId, ClusterQueueName] = {}  # members' queues
         # The last standing of each queue, with the queue object and inputs it came from.
         self.blocks: dict[ClusterQueueName, tuple[PendingQueue, object, QueueStanding]] = {}
 
@@ -115,26 +120,30 @@ class StandingsMemo:
         queues: Mapping[ClusterQueueName, PendingQueue],
         config: Mapping[ClusterQueueName, ClusterQueue],
     ) -> dict[ClusterQueueName, _Members]:
-        """Each queue's members, reworked only for the queue objects that are new."""
+        """The members of each queue whose object the previous cycle saw too."""
         out: dict[ClusterQueueName, _Members] = {}
         for name, queue in queues.items():
             held = self.members.get(name)
             if held is not None and held[0] is queue:
-                out[name] = held[1]
+                members = held[1]
+                if members is None:
+                    members = _members(config[name], queue)
+                    self.members[name] = (queue, members)
+                    for wid in members.ids:
+                        self.queue_of[wid] = name
+                out[name] = members
                 continue
             if held is not None:
-                for wid in held[1].ids:
-                    self.queue_of.pop(wid, None)
-            members = _members(config[name], queue)
-            self.members[name] = (queue, members)
-            for wid in members.ids:
-                self.queue_of[wid] = name
-            out[name] = members
+                self._forget(held[1])
+            self.members[name] = (queue, None)
         for name in [n for n in self.members if n not in queues]:
-            for wid in self.members.pop(name)[1].ids:
-                self.queue_of.pop(wid, None)
+            self._forget(self.members.pop(name)[1])
             self.blocks.pop(name, None)
         return out
+
+    def _forget(self, members: _Members | None) -> None:
+        for wid in members.ids if members is not None else ():
+            self.queue_of.pop(wid, None)
 
 
 def standings(
@@ -174,10 +183,11 @@ def standings(
     for name in sorted(queues):
         queue = queues[name]
         key: object | None = None
-        if memo is not None and name not in ranks:
+        here = members.get(name)
+        if memo is not None and here is not None and name not in ranks:
             key = _inputs(
                 name,
-                members[name],
+                here,
                 judged.get(name, ()),
                 taken.get(name, ()),
                 verdicts=verdicts,

@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from queuemgr.core.cache import Cache
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, Workload
+from queuemgr.core.queues import PendingQueue
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.snapshot import Config, Snapshot
-from queuemgr.core.standings import QueueStanding, said
+from queuemgr.core.standings import QueueStanding, StandingsMemo, said, standings
+from queuemgr.core.verdicts import PendingReason, Verdict
 from tests.builders import World, make_admitted, make_cq, make_nodes
 from tests.builders import make_workload as wl
 
@@ -104,6 +106,20 @@ def test_carried_standings_equal_fresh_ones(seed: int, steps: int) -> None:
     _run(seed, steps)
 
 
+def test_a_queue_that_changes_every_cycle_is_never_compared() -> None:
+    # A busy queue's new object each cycle: its inputs are never worked out.
+    cache = _one_node()
+    cache.add_admitted(_running("short", 100.0))
+    for i in range(3):
+        cache.add_pending(wl(f"more{i}").ns("a").gpus(2).at(3.0 + i).build())
+        snapshot = cache.snapshot()
+        schedule(snapshot, 10.0 + i).pending.by_queue()
+        memo = snapshot.memo
+        assert memo is not None and isinstance(memo.standings, StandingsMemo)
+        assert memo.standings.members["a"][1] is None
+        assert "a" not in memo.standings.blocks
+
+
 def test_quiet_cycles_carry_most_standings() -> None:
     # Not vacuous: over many random runs, standings are carried, and often.
     carried = compared = 0
@@ -137,6 +153,7 @@ def test_a_standing_whose_eta_alone_moved_is_built_again() -> None:
     # but the job that holds it is replaced by a longer one: only the ETA moves.
     cache = _one_node()
     cache.add_admitted(_running("short", 100.0))
+    schedule(cache.snapshot(), 9.0).pending.by_queue()
     first = schedule(cache.snapshot(), 10.0).pending.by_queue()
     assert [row[4] for row in first[0].rows] == [100.0]
     cache.remove_admitted("b/short")
@@ -149,7 +166,9 @@ def test_a_standing_whose_eta_alone_moved_is_built_again() -> None:
 def test_a_quiet_cycle_carries_the_standing() -> None:
     cache = _one_node()
     cache.add_admitted(_running("short", 100.0))
-    first = schedule(cache.snapshot(), 10.0).pending.by_queue()
+    schedule(cache.snapshot(), 10.0).pending.by_queue()  # a's queue object is new
+    # It lasted a cycle: its inputs are worked out from now on, and then compared.
+    first = schedule(cache.snapshot(), 15.0).pending.by_queue()
     again = schedule(cache.snapshot(), 20.0).pending.by_queue()
     assert again[0] is first[0]
     # Overdue: the job declared 100 s and still runs, so the ETA is unknown; the
@@ -158,3 +177,38 @@ def test_a_quiet_cycle_carries_the_standing() -> None:
     assert late[0] is not first[0]
     assert [row[4] for row in late[0].rows] == [None]
     assert schedule(cache.snapshot(), 160.0).pending.by_queue()[0] is late[0]
+
+
+def test_a_class_eta_alone_that_moved_rebuilds_the_standing() -> None:
+    # Driven directly: no head was tried, every workload has its shape's verdict, and
+    # only the ETA the cycle gives their class moves between two calls.
+    cq = make_cq("a").nominal(gpu=8, cpu=96).build()
+    queue = PendingQueue.of([wl(f"w{i}").ns("a").gpus(2).at(float(i)).build() for i in range(3)])
+    shape = queue[0].shape
+    verdict = Verdict(reason=PendingReason.NO_NODE_FITS, detail="waits for a node")
+    memo = StandingsMemo(object())
+    at = [100.0]
+
+    def run(now: float) -> QueueStanding:
+        return standings(
+            queues={cq.name: queue},
+            unroutable=(),
+            cluster_queues={cq.name: cq},
+            verdicts={},
+            shape_verdicts={(cq.name, shape): verdict},
+            blocked={},
+            admitted=frozenset(),
+            ranks={},
+            resolve=lambda w, name: verdict,
+            eta=lambda w, name, v: at[0],
+            eta_for=lambda w, name: at[0],
+            memo=memo,
+            now=now,
+        )[0]
+
+    run(1.0)
+    first = run(2.0)  # the queue object lasted a cycle: its inputs are kept from now on
+    assert run(3.0) is first
+    at[0] = 200.0
+    moved = run(4.0)
+    assert moved is not first and [row[4] for row in moved.rows] == [200.0] * 3
