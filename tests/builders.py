@@ -439,6 +439,22 @@ class World:
         return Result(world=self, snapshot=snap, decisions=schedule(snap, now))
 
 
+def two_flavor_world() -> World:
+    """Three h100 and two a100 nodes; x and y share a cohort on h100, y also holds a100
+    quota, and z holds a100 quota alone: the incremental cache's and standings' world."""
+    world = World().node(make_nodes("h", 3, flavor="h100"), make_nodes("a", 2, flavor="a100"))
+    return world.cq(
+        make_cq("x").cohort("c").flavor("h100").nominal(gpu=8, cpu=64),
+        make_cq("y")
+        .cohort("c")
+        .flavor("h100")
+        .nominal(gpu=8, cpu=64)
+        .flavor("a100")
+        .nominal(gpu=16, cpu=64),
+        make_cq("z").flavor("a100").nominal(gpu=4, cpu=32),
+    )
+
+
 def lending_cohort(*, lender: int, a: int, b: int, fair: bool, nodes: int) -> World:
     """An idle lender and queues a and b, nominal GPUs as given (12 CPUs a GPU), in
     cohort c (with fair sharing or not), on ``nodes`` 8-GPU nodes n-0, n-1..."""

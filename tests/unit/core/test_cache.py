@@ -14,23 +14,12 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.model import Workload
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, Snapshot, build_snapshot
-from tests.builders import World, make_cq, make_nodes
 from tests.builders import make_workload as wl
+from tests.builders import two_flavor_world
 
 
 def _config() -> Config:
-    world = World().node(make_nodes("h", 3, flavor="h100"), make_nodes("a", 2, flavor="a100"))
-    world.cq(
-        make_cq("x").cohort("c").flavor("h100").nominal(gpu=8, cpu=64),
-        make_cq("y")
-        .cohort("c")
-        .flavor("h100")
-        .nominal(gpu=8, cpu=64)
-        .flavor("a100")
-        .nominal(gpu=16, cpu=64),
-        make_cq("z").flavor("a100").nominal(gpu=4, cpu=32),
-    )
-    return world.config()
+    return two_flavor_world().config()
 
 
 def _nonzero(vec: Mapping[ResourceName, int]) -> dict[ResourceName, int]:

@@ -23,26 +23,16 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.snapshot import Config, Snapshot
 from queuemgr.core.standings import QueueStanding, StandingsMemo, said, standings
 from queuemgr.core.verdicts import PendingReason, Verdict
-from tests.builders import World, make_admitted, make_cq, make_nodes
+from tests.builders import World, make_admitted, make_cq, make_nodes, two_flavor_world
 from tests.builders import make_workload as wl
 
 _Rows = list[tuple[ClusterQueueName | None, list[tuple[object, ...]]]]
 
 
 def _config() -> Config:
-    world = World().node(make_nodes("h", 3, flavor="h100"), make_nodes("a", 2, flavor="a100"))
-    world.cq(
-        make_cq("x").cohort("c").flavor("h100").nominal(gpu=8, cpu=64),
-        make_cq("y")
-        .cohort("c")
-        .flavor("h100")
-        .nominal(gpu=8, cpu=64)
-        .flavor("a100")
-        .nominal(gpu=16, cpu=64),
-        make_cq("z").flavor("a100").nominal(gpu=4, cpu=32),
-        make_cq("s").strict().flavor("a100").nominal(gpu=4, cpu=32),
-    )
-    return world.config()
+    # Besides the cache's world, a StrictFIFO queue, whose blocked verdict is carried too.
+    world = two_flavor_world()
+    return world.cq(make_cq("s").strict().flavor("a100").nominal(gpu=4, cpu=32)).config()
 
 
 def _workload(rng: random.Random, i: int, now: float) -> Workload:
