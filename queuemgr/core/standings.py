@@ -112,8 +112,9 @@ class StandingsMemo:
         # pays for them. None: the object is new this cycle.
         self.members: dict[ClusterQueueName, tuple[PendingQueue, _Members | None]] = {}
         self.queue_of: dict[WorkloadId, ClusterQueueName] = {}  # members' queues
-        # The last standing of each queue, with the queue object and inputs it came from.
-        self.blocks: dict[ClusterQueueName, tuple[PendingQueue, object, QueueStanding]] = {}
+        # The last standing of each queue whose members are held, with the inputs it came
+        # from. A new queue object has none: its standing is built and this one dropped.
+        self.blocks: dict[ClusterQueueName, tuple[object, QueueStanding]] = {}
 
     def refresh(
         self,
@@ -198,8 +199,8 @@ def standings(
                 now=now,
             )
             held = memo.blocks.get(name)
-            if held is not None and held[0] is queue and held[1] == key:
-                out.append(held[2])
+            if held is not None and held[0] == key:
+                out.append(held[1])
                 continue
         rows = _rows(
             name,
@@ -216,7 +217,7 @@ def standings(
             if key is None:
                 memo.blocks.pop(name, None)
             else:
-                memo.blocks[name] = (queue, key, standing)
+                memo.blocks[name] = (key, standing)
         out.append(standing)
     if unroutable:
         rows = _rows(None, unroutable, frozenset(), verdicts, None, resolve, eta, now)
