@@ -377,6 +377,10 @@ class World:
         self.flavors[f.name] = f
         return self
 
+    def cohort(self, *cohorts: Cohort) -> World:
+        self.cohorts.extend(cohorts)
+        return self
+
     def cq(self, *queues: ClusterQueue | ClusterQueueBuilder) -> World:
         for q in queues:
             self.cqs.append(q.build() if isinstance(q, ClusterQueueBuilder) else q)
@@ -406,6 +410,7 @@ class World:
         if self._config is None:
             flavors = dict(self.flavors)
             names: set[str] = {fq.flavor for q in self.cqs for fq in q.flavors}
+            names |= {fq.flavor for c in self.cohorts for fq in c.flavors}
             names |= {n.labels[FLAVOR_LABEL] for n in self.nodes if FLAVOR_LABEL in n.labels}
             for name in sorted(names - set(flavors)):
                 flavors[name] = make_flavor(name)
@@ -437,6 +442,40 @@ class World:
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()
         return Result(world=self, snapshot=snap, decisions=schedule(snap, now))
+
+
+def make_cohort(
+    name: str,
+    parent: str | None = None,
+    *,
+    flavor: str = "default",
+    nominal: dict[str, Quantity] | None = None,
+    borrowing_limit: dict[str, Quantity] | None = None,
+    lending_limit: dict[str, Quantity] | None = None,
+    weight: int | Fraction = 1,
+    fair: bool = False,
+) -> Cohort:
+    """A cohort of a tree: its parent, and quota of its own on one flavor if any is given."""
+    own = (nominal, borrowing_limit, lending_limit)
+    flavors = (
+        (
+            FlavorQuota(
+                flavor=FlavorName(flavor),
+                nominal=resources(**(nominal or {})),
+                borrowing_limit=resources(**(borrowing_limit or {})),
+                lending_limit=resources(**(lending_limit or {})),
+            ),
+        )
+        if any(x is not None for x in own)
+        else ()
+    )
+    return Cohort(
+        name=CohortName(name),
+        parent=CohortName(parent) if parent is not None else None,
+        flavors=flavors,
+        weight=Fraction(weight),
+        fair_sharing=fair,
+    )
 
 
 def two_flavor_world() -> World:

@@ -116,7 +116,8 @@ class Admitter:
         self._no_loan: dict[tuple[ClusterQueueName, ShapeId, NoLoan], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
         self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
-        self._fair_cohorts = frozenset(c.name for c in config.cohorts.values() if c.fair_sharing)
+        # Cohorts that share fairly: those with a fair-sharing cohort at or above them.
+        self._fair_cohorts = frozenset(config.quota_topology.fair_scope)
         self.preemptor = Preemptor(
             admitted=snapshot.admitted,
             cluster_queues=config.cluster_queues,

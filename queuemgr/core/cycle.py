@@ -220,7 +220,7 @@ class Cycle(Admitter):
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
             if not defer and w.evictions and self._lends_reclaimed(cq, nomination):
-                verdict = _nominal_demand_waiting(cq.cohort)
+                verdict = _nominal_demand_waiting(self._tree_of(cq))
             else:
                 verdict = self.try_admit(cq, w, nomination)
             if verdict is STALE:
@@ -269,20 +269,26 @@ class Cycle(Admitter):
         heads = self._set_aside.get(cq.name)
         return bool(heads) and any(preempts_within(rule, w, head) for head in heads or ())
 
+    def _tree_of(self, cq: ClusterQueue) -> CohortName | None:
+        """The root of ``cq``'s cohort tree: a loan may come from anywhere in it."""
+        return self.snapshot.config.quota_topology.root_of.get(cq.name)
+
     def _note_waiting(self, cq: ClusterQueue, w: Workload) -> None:
-        """Record in-nominal demand of ``cq``'s cohort left waiting for capacity."""
-        if cq.cohort is None:
+        """Record in-nominal demand of ``cq``'s cohort tree left waiting for capacity."""
+        root = self._tree_of(cq)
+        if root is None:
             return
         for fq in cq.flavors:
             if self.preemptor.within_nominal(cq, w, fq.flavor):
-                self._waiting.add((cq.cohort, fq.flavor))
+                self._waiting.add((root, fq.flavor))
 
     def _lends_reclaimed(self, cq: ClusterQueue, nomination: Nomination) -> bool:
         """Whether borrowing on the nominated flavor takes room in-nominal demand waits for."""
+        root = self._tree_of(cq)
         return (
-            cq.cohort is not None
+            root is not None
             and nomination.flavor is not None
-            and (cq.cohort, nomination.flavor) in self._waiting
+            and (root, nomination.flavor) in self._waiting
         )
 
     def _largest_first(self, cursors: dict[ClusterQueueName, Cursor]) -> None:

@@ -188,7 +188,7 @@ class Etas:
     def _quota_at(self, cq: ClusterQueue, w: Workload, flavor: FlavorName) -> float | None:
         """The end after which ``w`` fits ``cq``'s quota on ``flavor`` (-inf: now)."""
         key = (cq.name, flavor, w.shape, cq.may_borrow(w))
-        cohort = self._snapshot.config.quota_topology.cohort_of.get(cq.name)
+        cohort = self._snapshot.config.quota_topology.root_of.get(cq.name)
         pool = (cohort, None if cohort is not None else cq.name, flavor)
         answers = self._memo.pools.get(pool)
         if answers is None or not answers.holds_for(self._runs_of(pool)):
@@ -274,7 +274,7 @@ class Etas:
 
     def _pool_of(self, a: AdmittedWorkload) -> _Pool:
         name = a.admission.cluster_queue
-        cohort = self._snapshot.config.quota_topology.cohort_of.get(name)
+        cohort = self._snapshot.config.quota_topology.root_of.get(name)
         return (cohort, None if cohort is not None else name, a.admission.flavor)
 
     def _releases(self) -> dict[_Pool, list[int]]:

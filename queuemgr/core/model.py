@@ -126,24 +126,34 @@ class Node:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Cohort:
-    name: CohortName
-    # Borrowing queues may preempt each other's borrowed workloads to even out
-    # their dominant shares (docs/scheduling.md, fair-sharing preemption).
-    fair_sharing: bool = False
-    # Order among the cohort's borrowers, and the default within its queues;
-    # None: the scheduler's global ``ordering``.
-    ordering: Ordering | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class FlavorQuota:
-    """A ClusterQueue's budget on one flavor; an absent limit means "no limit set"."""
+    """A budget on one flavor (a ClusterQueue's, or a Cohort's own); an absent limit
+    means "no limit set"."""
 
     flavor: FlavorName
     nominal: Resources
     borrowing_limit: Resources = field(default_factory=dict)
     lending_limit: Resources = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Cohort:
+    name: CohortName
+    # Borrowing queues may preempt each other's borrowed workloads to even out
+    # their dominant shares (docs/scheduling.md, fair-sharing preemption). Set on a
+    # cohort of a tree, it holds in that cohort's whole subtree.
+    fair_sharing: bool = False
+    # Order among the cohort's borrowers, and the default within its queues;
+    # None: the scheduler's global ``ordering``.
+    ordering: Ordering | None = None
+    # Hierarchical cohorts (docs/scheduling.md): the cohort this one lends to and
+    # borrows from, to any depth; None: a root.
+    parent: CohortName | None = None
+    # Quota the cohort holds itself, beside its members', with borrowing and lending
+    # limits toward its parent (limits of a root mean nothing: it has no parent).
+    flavors: tuple[FlavorQuota, ...] = ()
+    # Its weight among its parent's children in dominant-resource fair sharing.
+    weight: Fraction = Fraction(1)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

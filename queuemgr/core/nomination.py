@@ -31,12 +31,15 @@ NO_QUOTA = -1
 NOMINAL = 0
 BORROWING = 1
 
-NO_SHARE = 0.0
+NO_SHARE: tuple[float, ...] = ()
 
 # The share is exact (a Fraction) in the ledger; the heap orders by its float,
 # which is monotone in the exact value and far cheaper to compare. Values
-# closer than a float can tell apart tie, and ties fall to the next fields.
-HeapKey = tuple[int, float, int, float, str]
+# closer than a float can tell apart tie, and ties fall to the next fields. In a
+# tree of cohorts it is the path share (QuotaLedger.path_share): the shares of the
+# queue's cohorts below the root, top down, then its own, so heads compare first
+# by the shares of the subtrees they belong to (hierarchical fair sharing).
+HeapKey = tuple[int, tuple[float, ...], int, float, str]
 
 
 class Nomination:
@@ -63,7 +66,7 @@ class Nominator:
         self.ledger = ledger
         config = snapshot.config
         # (queue, shape[, LocalQueue]) -> (ledger version, class, share, nomination)
-        self._memo: dict[tuple[object, ...], tuple[int, int, float, Nomination]] = {}
+        self._memo: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], Nomination]] = {}
         # (namespace, LocalQueue) -> its usage share, for usage_rank.
         self._lq_share: dict[tuple[str, str], float] = {}
         # Ordering by usage: within these queues, and among these queues' borrowers.
@@ -103,10 +106,14 @@ class Nominator:
                 if check.borrowing:
                     cls = BORROWING
                     if cq.name in self.usage_across:
-                        share = self.usage_share(cq, w)
+                        share = (self.usage_share(cq, w),)
                     else:
-                        infinite, exact = self.ledger.share(cq.name, (fq.flavor, request))
-                        share = math.inf if infinite else float(exact)
+                        share = tuple(
+                            math.inf if infinite else float(exact)
+                            for infinite, exact in self.ledger.path_share(
+                                cq.name, (fq.flavor, request)
+                            )
+                        )
                 nomination = Nomination(fq.flavor, checks, self.ledger.version)
                 if memo_key is not None:
                     self._memo[memo_key] = (self.ledger.version, cls, share, nomination)

@@ -66,6 +66,8 @@ from queuemgr.core.victim_rules import (
 
 _Held = tuple[tuple[ResourceName, int], ...]
 _Share = tuple[int, Fraction]
+# A queue's path share (QuotaLedger.path_share): its cohorts' shares below the root, then its own.
+_Path = tuple[_Share, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,9 +106,10 @@ class Preemptor:
         self._memo_version = -1
         self._borrows_memo: dict[tuple[ClusterQueueName, FlavorName], bool] = {}
         self._fair_memo: dict[tuple[ClusterQueueName, FlavorName, _Held], bool] = {}
-        self._fair_mine: _Share | None = None  # what _fair_memo's answers compare with
+        self._fair_mine: tuple[ClusterQueueName, _Path] | None = None  # _fair_memo compares with
         self._size: dict[WorkloadId, _Held] = {}
-        self._share_memo: dict[ClusterQueueName, _Share] = {}
+        self._share_memo: dict[ClusterQueueName, _Path] = {}
+        self._topology = ledger.topology
         self._by_flavor: (
             dict[FlavorName, dict[ClusterQueueName, dict[_Held, list[AdmittedWorkload]]]] | None
         ) = None
@@ -148,16 +151,20 @@ class Preemptor:
     ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
         within = cq.preemption.within_cluster_queue
         reclaim = cq.preemption.reclaim_within_cohort
+        topo = self._topology
+        root = topo.root_of.get(cq.name)
         may_reclaim = (
             reclaim is not ReclaimWithinCohort.NEVER
-            and cq.cohort is not None
+            and root is not None
             and self.within_nominal(cq, w, flavor)
         )
         # Beyond its nominal quota, a queue of a fair-sharing cohort may still take
-        # from other borrowers whose share stays at least its own (checked per victim).
+        # from other borrowers whose share stays at least its own (checked per victim),
+        # within the subtree of its highest fair-sharing cohort.
+        scope = topo.fair_scope.get(cq.cohort) if cq.cohort is not None else None
         fair = (
             not may_reclaim
-            and cq.cohort is not None
+            and scope is not None
             and cq.cohort in self._fair
             and not self.within_nominal(cq, w, flavor)
         )
@@ -168,24 +175,30 @@ class Preemptor:
             if a.workload.id not in self.evicted and preempts_within(within, a.workload, w):
                 out.append((a, PreemptionReason.IN_CLUSTER_QUEUE))
         if not (may_reclaim or fair):
-            return self._ordered(out, flavor)
+            return self._ordered(out, flavor, cq.name)
         # Removing victims only lowers their queues' usage: a peer that does not borrow
         # now, or a run whose taking is unfair now, stays so for the rest of this search,
         # so they are left out here rather than skipped one by one in _try_flavor. The
         # preemptor's share is the one _try_flavor uses only if no victim of its own queue
         # can go before the first fair one.
-        mine = self._ledger.share(cq.name, (flavor, w.total_requests)) if fair and not out else None
+        mine = (
+            self._ledger.path_share(cq.name, (flavor, w.total_requests))
+            if fair and not out
+            else None
+        )
         for peer_name, sizes in groups.items():
             peer = self._cqs.get(peer_name)
-            if peer_name == cq.name or peer is None or peer.cohort != cq.cohort:
+            if peer_name == cq.name or peer is None or topo.root_of.get(peer_name) != root:
                 continue
+            if fair and (peer.cohort is None or scope not in topo.tree.chain[peer.cohort]):
+                continue  # outside the subtree that shares fairly
             if not self._borrows(peer_name, flavor):
                 continue
-            if mine is not None and self._share(peer_name) < mine:
+            if mine is not None and self._below(peer_name, cq.name, self._share(peer_name), mine):
                 continue  # even before losing a run its share is below the preemptor's
             young = peer.preemption.min_runtime
             for held, runs in sizes.items():
-                if mine is not None and not self._fair_held(peer_name, flavor, held, mine):
+                if mine is not None and not self._fair_held(peer_name, flavor, held, cq.name, mine):
                     continue
                 for a in runs:
                     if a.workload.id in self.evicted:
@@ -197,7 +210,7 @@ class Preemptor:
                             out.append((a, PreemptionReason.IN_COHORT_FAIR_SHARING))
                     elif reclaim is ReclaimWithinCohort.ANY or a.workload.priority < w.priority:
                         out.append((a, PreemptionReason.IN_COHORT_RECLAMATION))
-        return self._ordered(out, flavor)
+        return self._ordered(out, flavor, cq.name)
 
     def _groups(
         self, flavor: FlavorName
@@ -213,7 +226,10 @@ class Preemptor:
         return self._by_flavor.get(flavor, {})
 
     def _ordered(
-        self, out: list[tuple[AdmittedWorkload, PreemptionReason]], flavor: FlavorName
+        self,
+        out: list[tuple[AdmittedWorkload, PreemptionReason]],
+        flavor: FlavorName,
+        preemptor: ClusterQueueName,
     ) -> list[tuple[AdmittedWorkload, PreemptionReason]]:
         # The run that loses the least work goes first (its GPU-seconds so far, then the
         # newest), except a workload already preempted REPEAT_VICTIM times: a run just
@@ -222,15 +238,21 @@ class Preemptor:
         # admitted within nominal quota: the loans alone cover all it borrows (see
         # _loan_rank), so a run it is due is taken only when the preemptor's placement
         # needs that run's node, and then the one that has done the least work.
+        # Within the tree, the nearest borrower goes first: the loan reclaimed from the
+        # queue's own cohort before one from a cousin under a higher ancestor.
         now = self._now
+        topo = self._topology
+        depth = len(topo.below_root.get(preemptor, ()))
 
         def order(
             item: tuple[AdmittedWorkload, PreemptionReason],
-        ) -> tuple[int, int, int, int, float, float, str]:
+        ) -> tuple[int, int, int, int, int, float, float, str]:
             a, reason = item
-            borrows = self._borrows(a.admission.cluster_queue, flavor)
+            peer = a.admission.cluster_queue
+            borrows = self._borrows(peer, flavor)
             return (
                 0 if borrows else 1,
+                depth - topo.common_depth(preemptor, peer) if peer != preemptor else 0,
                 a.workload.priority,
                 a.workload.evictions >= REPEAT_VICTIM,
                 loan_rank(a, reason),
@@ -252,7 +274,7 @@ class Preemptor:
         """The candidates the search takes, in order; the caller removes each one from
         the ledger before asking for the next, since whether a peer still borrows and
         whether taking from it is fair depend on what was taken before."""
-        mine: tuple[int, Fraction] | None = None  # the preemptor's share once admitted
+        mine: _Path | None = None  # the preemptor's path share once admitted
         # Taking victims only lowers usage, so a peer that stopped borrowing, or a size
         # that became unfair to take from a peer, stays so for the rest of this search.
         done: set[ClusterQueueName] = set()
@@ -267,11 +289,11 @@ class Preemptor:
                     continue
                 if reason is PreemptionReason.IN_COHORT_FAIR_SHARING:
                     if mine is None:
-                        mine = self._ledger.share(cq.name, (flavor, w.total_requests))
+                        mine = self._ledger.path_share(cq.name, (flavor, w.total_requests))
                     size = (peer, self._size[a.workload.id])
                     if size in unfair:
                         continue
-                    if not self._fair_held(peer, flavor, size[1], mine):
+                    if not self._fair_held(peer, flavor, size[1], cq.name, mine):
                         unfair.add(size)
                         continue
             yield a, reason
@@ -361,29 +383,43 @@ class Preemptor:
         )
 
     # -- helpers ----------------------------------------------------------
-    def _share(self, cq_name: ClusterQueueName) -> _Share:
+    def _share(self, cq_name: ClusterQueueName) -> _Path:
         self._memo()
         hit = self._share_memo.get(cq_name)
         if hit is None:
-            hit = self._share_memo[cq_name] = self._ledger.share(cq_name)
+            hit = self._share_memo[cq_name] = self._ledger.path_share(cq_name)
         return hit
 
+    def _below(
+        self, peer: ClusterQueueName, preemptor: ClusterQueueName, theirs: _Path, mine: _Path
+    ) -> bool:
+        """Whether ``theirs`` is below ``mine``, compared at the two queues' lowest common
+        ancestor: the shares of its children on each side first, then deeper levels."""
+        at = self._topology.common_depth(peer, preemptor)
+        return theirs[at:] < mine[at:]
+
     def _fair_held(
-        self, cq_name: ClusterQueueName, flavor: FlavorName, held: _Held, mine: _Share
+        self,
+        cq_name: ClusterQueueName,
+        flavor: FlavorName,
+        held: _Held,
+        preemptor: ClusterQueueName,
+        mine: _Path,
     ) -> bool:
         """Kueue's LessThanOrEqualToFinalShare: ``cq_name``, once it loses a run that
         holds ``held``, keeps a share at least ``mine`` (the preemptor's after its
-        admission), so that the victim could never take the capacity straight back.
+        admission), compared at their lowest common ancestor, so that the victim could
+        never take the capacity straight back.
         """
         self._memo()
-        if mine != self._fair_mine:
-            self._fair_mine = mine
+        if (preemptor, mine) != self._fair_mine:
+            self._fair_mine = (preemptor, mine)
             self._fair_memo.clear()
         key = (cq_name, flavor, held)
         hit = self._fair_memo.get(key)
         if hit is None:
-            theirs = self._ledger.share(cq_name, (flavor, {r: -v for r, v in held}))
-            hit = self._fair_memo[key] = theirs >= mine
+            theirs = self._ledger.path_share(cq_name, (flavor, {r: -v for r, v in held}))
+            hit = self._fair_memo[key] = not self._below(cq_name, preemptor, theirs, mine)
         return hit
 
     def _memo(self) -> None:

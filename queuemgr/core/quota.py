@@ -1,13 +1,17 @@
 """The cohort pool: nominal quota, borrowing and lending limits, and what fits.
 
 Why it exists: quota is the first gate of admission, and its arithmetic
-(Kueue's model) is easy to get subtly wrong, so it lives in one place.
+(Kueue's model, hierarchical cohorts included) is easy to get subtly wrong, so it
+lives in one place; the static part is ``core.quota_topology``.
 
-What must stay true, for every ClusterQueue q, flavor f and resource r:
+What must stay true, for every ClusterQueue q, cohort c, flavor f and resource r:
 
 - ``guaranteed(q) = nominal(q) - lending_limit(q)``, or 0 with no lending limit;
-- the cohort pool is ``sum_p (nominal(p) - guaranteed(p))``, and its use is
-  ``sum_p max(0, usage(p) - guaranteed(p))``, which never exceeds the pool;
+- a cohort's pool is its subtree quota (``core.quota_topology``), and its use is
+  ``sum over children k of max(0, usage(k) - guaranteed(k))``, where a child
+  cohort's usage is its own pool use; at a root it never exceeds the pool;
+- a cohort with a borrowing limit never takes more than that from its parent
+  beyond what it lends it: ``use(c) - guaranteed(c) <= subtree(c) - guaranteed(c) + limit``;
 - ``usage(q) <= nominal(q) + borrowing_limit(q)`` when a borrowing limit is set;
 - a queue without a cohort never goes above its nominal quota;
 - a workload its queue does not let borrow (``ClusterQueue.may_borrow``) never
@@ -22,7 +26,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 
 from queuemgr.core.model import (
     REPEAT_VICTIM,
@@ -33,12 +36,9 @@ from queuemgr.core.model import (
     NoLoan,
     Workload,
 )
+from queuemgr.core.quota_topology import NO_SHARE, Key, QuotaTopology, Share
+from queuemgr.core.quota_watch import QuotaWatch
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
-
-_NO_CAP = 1 << 62
-_SHARE_MEMO = 1 << 16  # entries of QuotaTopology's share memo before it starts over
-_Share = tuple[int, Fraction]
-_NO_SHARE: _Share = (0, Fraction(0))
 
 
 class QuotaVerdict(enum.Enum):
@@ -62,6 +62,9 @@ class QuotaCheck:
     nominal: int = 0
     cohort_lends: int = 0
     runtime_limit: float = 0.0  # BORROWING_RUNTIME: the longest max_runtime that borrows
+    # COHORT_EXHAUSTED above the queue's own cohort, or at a borrowing limit: the path
+    # of the cohort that binds, and whether its borrowing limit is what binds.
+    blocker: tuple[str, bool] | None = None
 
     @property
     def fits(self) -> bool:
@@ -90,10 +93,18 @@ class QuotaCheck:
             return format_quantity(r, v)
 
         free = max(0, self.nominal - self.usage)
-        return (
+        out = (
             f"needs {q(self.requested)} {r} on {flavor}, queue has {q(free)} free of "
             f"{q(self.nominal)}, cohort lends {q(self.cohort_lends)}"
         )
+        if self.blocker is not None:
+            path, at_limit = self.blocker
+            out += (
+                f"; cohort {path} is at its borrowing limit"
+                if at_limit
+                else f"; cohort {path} has nothing more to lend"
+            )
+        return out
 
 
 _NO_LOAN_VERDICTS = {
@@ -102,117 +113,12 @@ _NO_LOAN_VERDICTS = {
 }
 _FITS = QuotaCheck(verdict=QuotaVerdict.FITS)
 _FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
-_EMPTY: Mapping[tuple[FlavorName, ResourceName], int] = {}
+_EMPTY: Mapping[Key, int] = {}
 _EMPTY_VEC: Resources = {}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Limits:
-    nominal: Mapping[ResourceName, int]
-    cap: Mapping[ResourceName, int]  # nominal + borrowing limit, _NO_CAP if unset
-    guaranteed: Mapping[ResourceName, int]
-
-
-class QuotaTopology:
-    """Static quota structure derived from the ClusterQueues; built once per config."""
-
-    def __init__(self, cluster_queues: Mapping[ClusterQueueName, ClusterQueue]) -> None:
-        self.cohort_of: dict[ClusterQueueName, CohortName | None] = {}
-        self.limits: dict[tuple[ClusterQueueName, FlavorName], _Limits] = {}
-        self.pool: dict[CohortName, dict[tuple[FlavorName, ResourceName], int]] = {}
-        self.lendable: dict[CohortName, dict[ResourceName, int]] = {}
-        self.members: dict[CohortName, list[ClusterQueueName]] = {}
-        self.weight: dict[ClusterQueueName, Fraction] = {}
-        self.flavor_limits: dict[ClusterQueueName, list[tuple[FlavorName, _Limits]]] = {}
-        for name in sorted(cluster_queues):
-            cq = cluster_queues[name]
-            self.cohort_of[name] = cq.cohort
-            self.weight[name] = cq.weight
-            if cq.cohort is not None:
-                self.members.setdefault(cq.cohort, []).append(name)
-            pool = self.pool.setdefault(cq.cohort, {}) if cq.cohort is not None else None
-            for fq in cq.flavors:
-                guaranteed: dict[ResourceName, int] = {}
-                cap: dict[ResourceName, int] = {}
-                for r, nominal in fq.nominal.items():
-                    lend = fq.lending_limit.get(r)
-                    guaranteed[r] = 0 if lend is None else max(0, nominal - lend)
-                    borrow = fq.borrowing_limit.get(r)
-                    if cq.cohort is None:
-                        cap[r] = nominal
-                    else:
-                        cap[r] = _NO_CAP if borrow is None else nominal + borrow
-                    if pool is not None:
-                        key = (fq.flavor, r)
-                        pool[key] = pool.get(key, 0) + nominal - guaranteed[r]
-                limits = _Limits(nominal=dict(fq.nominal), cap=cap, guaranteed=guaranteed)
-                self.limits[(name, fq.flavor)] = limits
-                self.flavor_limits.setdefault(name, []).append((fq.flavor, limits))
-        for cohort, pool_map in self.pool.items():
-            lendable = self.lendable.setdefault(cohort, {})
-            for (_f, r), v in pool_map.items():
-                lendable[r] = lendable.get(r, 0) + v
-        # (queue, what it borrows) -> its share: see share_of.
-        self._shares: dict[tuple[ClusterQueueName, tuple[tuple[ResourceName, int], ...]], _Share]
-        self._shares = {}
-        # (queue, flavor) -> (cohort, guaranteed quota) of a queue in a cohort (QuotaLedger.add).
-        self.pooled: dict[tuple[ClusterQueueName, FlavorName], tuple[CohortName, Resources]] = {}
-        for name, of in self.cohort_of.items():
-            if of is None:
-                continue
-            for fq in cluster_queues[name].flavors:
-                self.pooled[(name, fq.flavor)] = (of, self.limits[(name, fq.flavor)].guaranteed)
-
-    def share_of(
-        self, cq: ClusterQueueName, cohort: CohortName, borrowed: Mapping[ResourceName, int]
-    ) -> _Share:
-        """``cq``'s weighted dominant share when it borrows ``borrowed`` (per resource).
-
-        The answer depends on nothing else (the weight and the cohort's lendable totals
-        are static), so it is memoised: a busy cycle asks for the same few shares
-        hundreds of thousands of times (the victim search's fairness test), and exact
-        Fraction arithmetic was the costliest part of answering. The largest ratio is
-        found by integer cross-multiplication, exact as comparing Fractions is, and a
-        Fraction is built once, for the memo.
-        """
-        key = (cq, tuple(borrowed.items()))
-        hit = self._shares.get(key)
-        if hit is not None:
-            return hit
-        num, den = 0, 1  # the largest borrowed / lendable so far
-        lendable = self.lendable.get(cohort, {})
-        for r, b in borrowed.items():
-            total = lendable.get(r, 0)
-            if total > 0 and b * den > num * total:
-                num, den = b, total
-        weight = self.weight[cq]
-        if num == 0:
-            hit = _NO_SHARE
-        elif weight == 0:
-            hit = (1, Fraction(num, den))
-        else:
-            hit = (0, Fraction(num, den) / weight)
-        if len(self._shares) >= _SHARE_MEMO:
-            self._shares.clear()  # bounded: a long run meets ever new usage
-        self._shares[key] = hit
-        return hit
-
-    def max_usage(
-        self, cq: ClusterQueueName, flavor: FlavorName, r: ResourceName, *, borrows: bool = True
-    ) -> int:
-        """The most q could ever hold of r on f with an otherwise idle cohort
-        (only its nominal quota for a workload that may not borrow)."""
-        lim = self.limits.get((cq, flavor))
-        if lim is None or r not in lim.nominal:
-            return 0
-        cohort = self.cohort_of[cq]
-        if cohort is None or not borrows:
-            return lim.nominal[r]
-        return min(lim.cap[r], lim.guaranteed[r] + self.pool[cohort].get((flavor, r), 0))
-
-
 class QuotaLedger:
-    """Usage per queue and flavor, with each cohort's pool use, as a cycle overlay."""
+    """Usage per queue and flavor, with each cohort's use of its pool, as a cycle overlay."""
 
     def __init__(
         self,
@@ -223,7 +129,8 @@ class QuotaLedger:
         self._base = usage
         self.version = 0  # counts additions, so callers can tell whether a check still holds
         self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
-        self._pool_used: dict[CohortName, dict[tuple[FlavorName, ResourceName], int]] = {}
+        # Per cohort: what its members hold beyond their guarantees (what it lends them).
+        self._pool_used: dict[CohortName, dict[Key, int]] = {}
         for cq, per_flavor in usage.items():
             cohort = topology.cohort_of.get(cq)
             if cohort is None:
@@ -235,12 +142,27 @@ class QuotaLedger:
                     g = 0 if lim is None else lim.guaranteed.get(r, 0)
                     if v > g:
                         used[(flavor, r)] = used.get((flavor, r), 0) + v - g
+        for name in topology.tree.deepest_first():
+            level = topology.levels[name]
+            mine = self._pool_used.get(name)
+            if not mine:
+                continue
+            assert level.parent is not None
+            up = self._pool_used.setdefault(level.parent, {})
+            for key, v in mine.items():
+                g = level.guaranteed.get(key, 0)
+                if v > g:
+                    up[key] = up.get(key, 0) + v - g
 
     def usage(self, cq: ClusterQueueName, flavor: FlavorName) -> Mapping[ResourceName, int]:
         own = self._own.get(cq)
         if own is not None and flavor in own:
             return own[flavor]
         return self._base.get(cq, {}).get(flavor, {})
+
+    def cohort_usage(self, cohort: CohortName) -> Mapping[Key, int]:
+        """What ``cohort``'s members hold beyond their guarantees, per (flavor, resource)."""
+        return self._pool_used.get(cohort, _EMPTY)
 
     def check_for(
         self, cq: ClusterQueue, flavor: FlavorName, w: Workload, request: Resources | None = None
@@ -272,11 +194,8 @@ class QuotaLedger:
         """
         topo = self.topology
         lim = topo.limits.get((cq, flavor))
-        cohort = topo.cohort_of.get(cq)
+        chain = topo.chain.get(cq)
         used = self.usage(cq, flavor)
-        if cohort is not None:
-            pool_map = topo.pool[cohort]
-            used_map = self._pool_used.get(cohort, _EMPTY)
         borrowing = False
         for r, req in request.items():
             if req <= 0:
@@ -286,7 +205,7 @@ class QuotaLedger:
             cur = used.get(r, 0)
             u = cur + req
             nominal = lim.nominal[r]
-            if cohort is None:
+            if chain is None:
                 if u > nominal:
                     return QuotaCheck(
                         verdict=QuotaVerdict.QUEUE_LIMIT,
@@ -307,15 +226,25 @@ class QuotaLedger:
                     runtime_limit=runtime_limit,
                 )
             g = lim.guaranteed[r]
-            pool = pool_map.get((flavor, r), 0)
-            pool_used = used_map.get((flavor, r), 0)
-            # The most q may hold now: its cap, and what the pool leaves it.
-            pool_cap = g + pool - pool_used + max(0, cur - g)
+            if len(chain) == 1:  # one level: the pool's free part, without the walk
+                level = chain[0]
+                key = (flavor, r)
+                offered = level.subtree.get(key, 0) - self._pool_used.get(level.name, _EMPTY).get(
+                    key, 0
+                )
+                binding, at_limit = level.name, False
+            else:
+                offered, binding, at_limit = topo.available(chain, (flavor, r), self._pool_used)
+            # The most q may hold now: its cap, and what its cohorts leave it.
+            pool_cap = g + offered + max(0, cur - g)
             limit = min(lim.cap[r], pool_cap)
             if u > limit:
-                verdict = (
-                    QuotaVerdict.QUEUE_LIMIT if u > lim.cap[r] else QuotaVerdict.COHORT_EXHAUSTED
-                )
+                if u > lim.cap[r]:
+                    verdict, blocker = QuotaVerdict.QUEUE_LIMIT, None
+                else:
+                    verdict = QuotaVerdict.COHORT_EXHAUSTED
+                    far = at_limit or binding != chain[0].name
+                    blocker = (topo.tree.path(binding), at_limit) if far else None
                 lends = max(0, limit - cur - max(0, nominal - cur))
                 return QuotaCheck(
                     verdict=verdict,
@@ -324,6 +253,7 @@ class QuotaLedger:
                     usage=cur,
                     nominal=nominal,
                     cohort_lends=lends,
+                    blocker=blocker,
                 )
             if u > nominal:
                 borrowing = True
@@ -350,6 +280,7 @@ class QuotaLedger:
         used = self._pool_used.get(cohort)
         if used is None:
             used = self._pool_used[cohort] = {}
+        deep = topo.levels[cohort].parent is not None
         for r, req in request.items():
             cur = vec.get(r, 0)
             new = cur + req
@@ -359,28 +290,37 @@ class QuotaLedger:
             delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
             if delta:
                 key = (flavor, r)
-                used[key] = used.get(key, 0) + delta
+                if deep:
+                    self._lift(cohort, key, delta)
+                else:
+                    used[key] = used.get(key, 0) + delta
+
+    def _lift(self, cohort: CohortName, key: Key, delta: int) -> None:
+        """Add ``delta`` to ``cohort``'s pool use, and what changes beyond its guarantee
+        to its parent's, up the tree until nothing changes."""
+        levels = self.topology.levels
+        name: CohortName | None = cohort
+        while delta and name is not None:
+            used = self._pool_used.get(name)
+            if used is None:
+                used = self._pool_used[name] = {}
+            cur = used.get(key, 0)
+            new = used[key] = cur + delta
+            level = levels[name]
+            g = level.guaranteed.get(key, 0)
+            delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+            name = level.parent
 
     def watch(self, cq: ClusterQueue, flavor: FlavorName, w: Workload) -> QuotaWatch:
         """``check_for(cq, flavor, w).fits`` from now on, followed through changes."""
         return QuotaWatch(self, cq, flavor, w)
 
-    def share(
-        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
-    ) -> tuple[int, Fraction]:
-        """Weighted dominant resource share, optionally after admitting ``extra``.
-
-        Returned as ``(infinite, value)`` so that a zero weight that borrows
-        sorts after every finite share, and comparisons stay exact.
-        """
-        topo = self.topology
-        cohort = topo.cohort_of.get(cq)
-        if cohort is None:
-            return _NO_SHARE
-        # What is borrowed per resource decides the share (with the queue's static
-        # weight and its cohort's lendable totals): one integer pass, then the memo.
+    def _borrowed(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None
+    ) -> dict[ResourceName, int]:
+        """What ``cq`` holds beyond its nominal quota per resource, summed over flavors."""
         borrowed: dict[ResourceName, int] = {}
-        for flavor, lim in topo.flavor_limits.get(cq, ()):
+        for flavor, lim in self.topology.flavor_limits.get(cq, ()):
             vec = self.usage(cq, flavor)
             nominal = lim.nominal
             if extra is not None and extra[0] == flavor:
@@ -399,105 +339,83 @@ class QuotaLedger:
                     over = v - nominal.get(r, 0)
                     if over > 0:
                         borrowed[r] = borrowed.get(r, 0) + over
+        return borrowed
+
+    def share(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
+    ) -> Share:
+        """Weighted dominant resource share, optionally after admitting ``extra``.
+
+        Returned as ``(infinite, value)`` so that a zero weight that borrows
+        sorts after every finite share, and comparisons stay exact.
+        """
+        topo = self.topology
+        root = topo.root_of.get(cq)
+        if root is None:
+            return NO_SHARE
+        # What is borrowed per resource decides the share (with the queue's static
+        # weight and its root's lendable totals): one integer pass, then the memo.
+        borrowed = self._borrowed(cq, extra)
         if not borrowed:
-            return _NO_SHARE
-        return topo.share_of(cq, cohort, borrowed)
+            return NO_SHARE
+        return topo.share_of(cq, root, borrowed)
 
-
-class QuotaWatch:
-    """Whether one workload fits its queue's quota on one flavor, while usage changes.
-
-    Why it exists: reservation planning (core.reservations) walks the running
-    workloads' expected ends, giving back their quota one by one, and asks at each
-    end whether the gang fits; a ledger addition and a full check per step were a
-    large part of a busy cycle. The answer depends only on the queue's usage of the
-    requested resources on that flavor and on the cohort pool's use of them (so on
-    the usage of every queue of the cohort), which this keeps as a few integers.
-
-    What must stay true: given the same changes, ``fits`` equals
-    ``QuotaLedger.check_for(cq, flavor, w).fits`` on the ledger it was made from
-    (tests/unit/core/test_quota_reference.py); the ledger is read once, when the
-    watch is made, and never changed.
-    """
-
-    __slots__ = ("_cohort", "_flavor", "_guaranteed", "_limits", "_name", "_pool_used", "_usage")
-
-    def __init__(self, ledger: QuotaLedger, cq: ClusterQueue, flavor: FlavorName, w: Workload):
-        topo = ledger.topology
-        self._name = cq.name
-        self._flavor = flavor
-        lim = topo.limits.get((cq.name, flavor))
-        cohort = self._cohort = topo.cohort_of.get(cq.name)
-        no_borrowing = not cq.may_borrow(w)
-        # Per requested resource: (resource, request, the most the queue may then hold by
-        # its own limits, guaranteed, cohort pool); None when it never fits (NOT_COVERED).
-        self._limits: list[tuple[ResourceName, int, int, int, int]] | None = []
-        for r, req in w.total_requests.items():
-            if req <= 0:
-                continue
-            if lim is None or r not in lim.nominal:
-                self._limits = None
-                break
-            nominal = lim.nominal[r]
-            if cohort is None:
-                self._limits.append((r, req, nominal, 0, 0))
-            else:
-                ceiling = min(nominal, lim.cap[r]) if no_borrowing else lim.cap[r]
-                pool = topo.pool[cohort].get((flavor, r), 0)
-                self._limits.append((r, req, ceiling, lim.guaranteed[r], pool))
-        tracked = [r for r, *_ in self._limits or ()]
-        # Usage of the tracked resources on the flavor, of the queue and of its cohort
-        # peers (whose usage moves the pool's use), with each one's guaranteed quota.
-        self._usage: dict[ClusterQueueName, dict[ResourceName, int]] = {}
-        self._guaranteed: dict[ClusterQueueName, Resources] = {}
-        self._pool_used: dict[ResourceName, int] = {}
-        for name in topo.members.get(cohort, [cq.name]) if cohort is not None else [cq.name]:
-            used = ledger.usage(name, flavor)
-            self._usage[name] = {r: used.get(r, 0) for r in tracked}
-            peer = topo.limits.get((name, flavor))
-            self._guaranteed[name] = peer.guaranteed if peer is not None else _EMPTY_VEC
-        if cohort is not None:
-            pool_used = ledger._pool_used.get(cohort, _EMPTY)
-            self._pool_used = {r: pool_used.get((flavor, r), 0) for r in tracked}
-
-    def change(self, cq: ClusterQueueName, flavor: FlavorName, held: Resources, sign: int) -> None:
-        """``cq`` now holds (sign 1) or has given back (sign -1) ``held`` on ``flavor``."""
-        if flavor != self._flavor:
-            return
-        usage = self._usage.get(cq)
-        if usage is None:
-            return  # neither the queue nor a cohort peer: its quota is apart
-        pooled = self._cohort is not None
-        g_of = self._guaranteed[cq]
-        pool_used = self._pool_used
-        for r, cur in usage.items():
-            v = held.get(r, 0)
-            if not v:
-                continue
-            new = usage[r] = cur + sign * v
-            if pooled:
-                # The pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
-                g = g_of.get(r, 0)
-                pool_used[r] += (new - g if new > g else 0) - (cur - g if cur > g else 0)
-
-    @property
-    def covered(self) -> bool:
-        """Whether the flavor lists quota for every requested resource (else never fits)."""
-        return self._limits is not None
-
-    def fits(self) -> bool:
-        limits = self._limits
-        if limits is None:
-            return False
-        mine = self._usage[self._name]
-        pooled = self._cohort is not None
-        for r, req, ceiling, g, pool in limits:
-            cur = mine[r]
-            u = cur + req
-            if u > ceiling:
-                return False
-            # What the pool leaves the queue: its guarantee, the pool's free part, and
-            # what it already takes from the pool.
-            if pooled and u > g + pool - self._pool_used[r] + (cur - g if cur > g else 0):
-                return False
-        return True
+    def path_share(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
+    ) -> tuple[Share, ...]:
+        """The shares of ``cq``'s cohorts below the root, top down, then its own, with
+        ``extra`` admitted: Kueue's hierarchical fair sharing compares two queues by the
+        shares of their lowest common ancestor's children (``QuotaTopology.common_depth``)."""
+        topo = self.topology
+        below = topo.below_root.get(cq)
+        if not below:
+            return (self.share(cq, extra),)
+        root = topo.root_of[cq]
+        assert root is not None
+        # What ``extra`` adds to each cohort's pool use on its flavor, lifted up the chain.
+        deltas: dict[CohortName, dict[ResourceName, int]] = {}
+        if extra is not None:
+            flavor, more = extra
+            lim = topo.limits.get((cq, flavor))
+            vec = self.usage(cq, flavor)
+            step: dict[ResourceName, int] = {}
+            for r, v in more.items():
+                g = 0 if lim is None else lim.guaranteed.get(r, 0)
+                cur = vec.get(r, 0)
+                new = cur + v
+                d = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+                if d:
+                    step[r] = d
+            for level in topo.chain[cq][:-1]:
+                if not step:
+                    break
+                deltas[level.name] = step
+                used = self._pool_used.get(level.name, _EMPTY)
+                nxt: dict[ResourceName, int] = {}
+                for r, d in step.items():
+                    g = level.guaranteed.get((flavor, r), 0)
+                    cur = used.get((flavor, r), 0)
+                    new = cur + d
+                    lifted = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+                    if lifted:
+                        nxt[r] = lifted
+                step = nxt
+        out: list[Share] = []
+        for name in below:
+            level = topo.levels[name]
+            used = self._pool_used.get(name, _EMPTY)
+            extra_here = deltas.get(name)
+            borrowed: dict[ResourceName, int] = {}
+            keys = set(used)
+            if extra_here is not None:
+                keys.update((extra[0], r) for r in extra_here)  # type: ignore[index]
+            for key in sorted(keys):
+                v = used.get(key, 0)
+                if extra_here is not None and key[0] == extra[0]:  # type: ignore[index]
+                    v += extra_here.get(key[1], 0)
+                over = v - level.subtree.get(key, 0)
+                if over > 0:
+                    borrowed[key[1]] = borrowed.get(key[1], 0) + over
+            out.append(topo.node_share(name, root, borrowed, cohort=True) if borrowed else NO_SHARE)
+        out.append(self.share(cq, extra))
+        return tuple(out)

@@ -36,7 +36,8 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.node_topology import NodeTopology
 from queuemgr.core.placement import NodePool
-from queuemgr.core.quota import QuotaLedger, QuotaTopology
+from queuemgr.core.quota import QuotaLedger
+from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources, format_moment
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 from queuemgr.core.timeline import PodCounter, Timeline

@@ -34,7 +34,7 @@ from queuemgr.core.model import (
 from queuemgr.core.node_topology import FreeIndex, NodeTopology
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import PendingQueue
-from queuemgr.core.quota import QuotaTopology
+from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources
 from queuemgr.core.verdicts import Verdict
 
@@ -84,7 +84,7 @@ class Config:
 
     @cached_property
     def quota_topology(self) -> QuotaTopology:
-        return QuotaTopology(self.cluster_queues)
+        return QuotaTopology(self.cluster_queues, self.cohorts)
 
     @cached_property
     def node_topology(self) -> NodeTopology:

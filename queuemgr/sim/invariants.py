@@ -34,9 +34,11 @@ from collections.abc import Iterable, Mapping
 
 from queuemgr.core.model import (
     AdmittedWorkload,
+    ClusterQueue,
     ClusterQueueName,
     CohortName,
     FlavorName,
+    FlavorQuota,
     NodeName,
     WorkloadId,
     tolerated,
@@ -46,7 +48,7 @@ from queuemgr.core.snapshot import Config, Snapshot
 
 _Vec = dict[ResourceName, int]
 _Usage = Mapping[tuple[ClusterQueueName, FlavorName], _Vec]
-_PoolKey = tuple[CohortName, FlavorName, ResourceName]
+_Key = tuple[FlavorName, ResourceName]
 _Items = tuple[tuple[ResourceName, int], ...]
 _NodeItems = tuple[tuple[tuple[NodeName, ResourceName], int], ...]
 
@@ -186,8 +188,6 @@ class InvariantChecker:
                     self._fail(f"node {name}: cache's free {r} differs from a recount")
 
     def _check_quota(self, usage: _Usage, snapshot: Snapshot) -> None:
-        pool: dict[_PoolKey, int] = {}
-        pool_used: dict[_PoolKey, int] = {}
         for cq_name, per_flavor in snapshot.usage.items():
             for flavor, cached in per_flavor.items():
                 if _differs(cached, usage.get((cq_name, flavor), {})):
@@ -209,24 +209,87 @@ class InvariantChecker:
                     limit = fq.borrowing_limit.get(r)
                     if limit is not None and v > nominal + limit:
                         self._fail(f"{where}: {r} {v} exceeds nominal + borrowing limit")
-                    if cq.cohort is None:
-                        continue
-                    lend = fq.lending_limit.get(r)
-                    guaranteed = 0 if lend is None else max(0, nominal - lend)
-                    key = (cq.cohort, fq.flavor, r)
-                    pool[key] = pool.get(key, 0) + nominal - guaranteed
-                    pool_used[key] = pool_used.get(key, 0) + max(0, v - guaranteed)
         for (cq_name, flavor), vec in usage.items():
             owner = self.config.cluster_queues.get(cq_name)
             if (owner is None or owner.quota(flavor) is None) and any(vec.values()):
                 self._fail(f"ClusterQueue {cq_name}: uses flavor {flavor} it has no quota on")
-        for key, used_amount in pool_used.items():
-            if used_amount > pool[key]:
-                cohort, flavor, r = key
-                self._fail(
-                    f"cohort {cohort} flavor {flavor}: pool use {used_amount} {r} "
-                    f"exceeds the pool {pool[key]}"
-                )
+        self._check_cohorts(usage)
+
+    def _check_cohorts(self, usage: _Usage) -> None:
+        """Every cohort's pool, recomputed from the config alone, level by level.
+
+        A cohort's pool is its own nominal quota plus what each child does not keep
+        (subtree less guarantee); its use is what each child holds beyond its guarantee.
+        A root never uses more than its pool, and a cohort with a borrowing limit never
+        takes more than that from its parent beyond what it lends it.
+        """
+        cohorts = dict(self.config.cohorts)
+        children: dict[CohortName, list[CohortName]] = {}
+        for c in cohorts.values():
+            if c.parent is not None:
+                children.setdefault(c.parent, []).append(c.name)
+        members: dict[CohortName, list[ClusterQueue]] = {}
+        for cq in self.config.cluster_queues.values():
+            if cq.cohort is not None:
+                members.setdefault(cq.cohort, []).append(cq)
+        pools: dict[CohortName, tuple[dict[_Key, int], dict[_Key, int]]] = {}
+
+        def walk(name: CohortName) -> tuple[dict[_Key, int], dict[_Key, int]]:
+            if name in pools:
+                return pools[name]
+            pool: dict[_Key, int] = {}
+            used: dict[_Key, int] = {}
+            own = cohorts[name].flavors if name in cohorts else ()
+            for fq in own:
+                for r, v in fq.nominal.items():
+                    pool[(fq.flavor, r)] = pool.get((fq.flavor, r), 0) + v
+            for cq in members.get(name, []):
+                for fq in cq.flavors:
+                    held = usage.get((cq.name, fq.flavor), {})
+                    for r, nominal in fq.nominal.items():
+                        lend = fq.lending_limit.get(r)
+                        g = 0 if lend is None else max(0, nominal - lend)
+                        key = (fq.flavor, r)
+                        pool[key] = pool.get(key, 0) + nominal - g
+                        used[key] = used.get(key, 0) + max(0, held.get(r, 0) - g)
+            for child in children.get(name, []):
+                sub, sub_used = walk(child)
+                lends = _limits(cohorts[child].flavors, "lending_limit")
+                borrows = _limits(cohorts[child].flavors, "borrowing_limit")
+                for key in {*sub, *sub_used}:
+                    lend = lends.get(key)
+                    g = 0 if lend is None else max(0, sub.get(key, 0) - lend)
+                    lifted = max(0, sub_used.get(key, 0) - g)
+                    limit = borrows.get(key)
+                    if limit is not None and lifted > sub.get(key, 0) - g + limit:
+                        flavor, r = key
+                        self._fail(
+                            f"cohort {child} flavor {flavor}: takes {lifted - sub.get(key, 0) + g}"
+                            f" {r} from its parent, beyond its borrowing limit {limit}"
+                        )
+                    pool[key] = pool.get(key, 0) + sub.get(key, 0) - g
+                    used[key] = used.get(key, 0) + lifted
+            pools[name] = (pool, used)
+            return pool, used
+
+        roots = {c for c in {*cohorts, *members} if c not in cohorts or cohorts[c].parent is None}
+        for root in sorted(roots):
+            pool, used = walk(root)
+            for key, amount in sorted(used.items()):
+                if amount > pool.get(key, 0):
+                    flavor, r = key
+                    self._fail(
+                        f"cohort {root} flavor {flavor}: pool use {amount} {r} "
+                        f"exceeds the pool {pool.get(key, 0)}"
+                    )
+
+
+def _limits(flavors: Iterable[FlavorQuota], which: str) -> dict[_Key, int]:
+    out: dict[_Key, int] = {}
+    for fq in flavors:
+        for r, v in getattr(fq, which).items():
+            out[(fq.flavor, r)] = v
+    return out
 
 
 def _differs(a: Mapping[ResourceName, int], b: Mapping[ResourceName, int]) -> bool:

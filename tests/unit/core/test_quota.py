@@ -8,7 +8,8 @@ import pytest
 
 from queuemgr.core.model import ClusterQueueName, FlavorName
 from queuemgr.core.policy import SchedulerPolicy
-from queuemgr.core.quota import QuotaLedger, QuotaTopology, QuotaVerdict
+from queuemgr.core.quota import QuotaLedger, QuotaVerdict
+from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.verdicts import PendingReason
 from tests.builders import ClusterQueueBuilder, World, make_admitted, make_cq, make_nodes

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from queuemgr.core.model import ClusterQueue, ClusterQueueName, FlavorName, Workload
-from queuemgr.core.quota import QuotaLedger, QuotaTopology
+from queuemgr.core.quota import QuotaLedger
+from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import CPU, GPU, ResourceName
 from tests.builders import make_cq, make_workload
 
