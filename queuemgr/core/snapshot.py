@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from queuemgr.core.claims import Claim
+from queuemgr.core.cohort_tree import CohortTreeError, tree_error
 from queuemgr.core.model import (
     AdmittedWorkload,
     ClusterQueue,
@@ -74,6 +75,9 @@ class Config:
         for cq in cqs.values():
             if cq.cohort is not None and cq.cohort not in cohort_map:
                 cohort_map[cq.cohort] = Cohort(name=cq.cohort)
+        problem = tree_error({c.name: c.parent for c in cohort_map.values()})
+        if problem is not None:
+            raise CohortTreeError(problem)
         return Config(
             flavors={f.name: f for f in flavors},
             cohorts=cohort_map,

@@ -158,8 +158,16 @@ def parse_preemption(raw: object, path: str) -> PreemptionPolicy:
 
 
 def parse_quotas(
-    raw: object, path: str, flavors: Mapping[FlavorName, ResourceFlavor], cohort: str | None
+    raw: object,
+    path: str,
+    flavors: Mapping[FlavorName, ResourceFlavor],
+    cohort: str | None,
+    *,
+    of_cohort: bool = False,
 ) -> tuple[FlavorQuota, ...]:
+    """A ``resources`` list: a ClusterQueue's (``cohort``: the cohort it is in), or a
+    cohort's own (``of_cohort``; ``cohort``: its parent), whose limits face its parent
+    and whose lending limit may exceed its own nominal: it lends its whole subtree."""
     out: list[FlavorQuota] = []
     seen: dict[str, str] = {}
     for j, item in enumerate(y.sequence(raw, path)):
@@ -177,12 +185,13 @@ def parse_quotas(
             if key not in m:
                 continue
             if cohort is None:
-                raise ScenarioError(f"{at(p, key)}: only a queue in a cohort can have a {key}")
+                owner = "a cohort with a parent" if of_cohort else "a queue in a cohort"
+                raise ScenarioError(f"{at(p, key)}: only {owner} can have a {key}")
             limits[key] = resources(m[key], at(p, key))
             for r, v in limits[key].items():
                 if r not in nominal:
                     raise ScenarioError(f"{at(at(p, key), r)}: {r} has no nominal quota here")
-                if key == "lending_limit" and v > nominal[r]:
+                if key == "lending_limit" and v > nominal[r] and not of_cohort:
                     raise ScenarioError(f"{at(at(p, key), r)}: lending limit exceeds nominal")
         out.append(
             FlavorQuota(

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from queuemgr.core.cohort_tree import tree_error
 from queuemgr.core.model import (
     PRIORITY_RANGE,
     ClusterQueue,
@@ -76,7 +77,7 @@ def parse_scenario(raw: object) -> Scenario:
     top = y.mapping(raw, "", required=("flavors", "nodes", "cluster_queues"), optional=_TOP)
     flavors = _flavors(top["flavors"])
     nodes = _nodes(top["nodes"], flavors)
-    cohorts = _cohorts(top.get("cohorts", []))
+    cohorts = _cohorts(top.get("cohorts", []), flavors)
     cqs = _cluster_queues(top["cluster_queues"], flavors, cohorts)
     lqs = _local_queues(top.get("local_queues", []), cqs)
     workloads = _workloads(top.get("workloads", []), lqs)
@@ -165,24 +166,36 @@ def _check_selected_by(
         )
 
 
-def _cohorts(raw: object) -> list[Cohort]:
+def _cohorts(raw: object, flavors: Mapping[FlavorName, ResourceFlavor]) -> list[Cohort]:
     out: list[Cohort] = []
     seen: dict[str, str] = {}
+    optional = ("fair_sharing", "ordering", "parent", "weight", "resources")
     for i, item in enumerate(y.sequence(raw, "cohorts")):
         p = at("cohorts", i)
-        m = y.mapping(item, p, required=("name",), optional=("fair_sharing", "ordering"))
+        m = y.mapping(item, p, required=("name",), optional=optional)
         cname = y.name(m["name"], at(p, "name"))
         y.unique(seen, cname, p, "cohort")
         fair = m.get("fair_sharing", False)
         if not isinstance(fair, bool):
             raise ScenarioError(f"{at(p, 'fair_sharing')}: expected true or false, got {fair!r}")
+        parent = None
+        if m.get("parent") is not None:
+            parent = CohortName(y.name(m["parent"], at(p, "parent")))
         out.append(
             Cohort(
                 name=CohortName(cname),
                 fair_sharing=fair,
                 ordering=_ordering(m.get("ordering"), at(p, "ordering")),
+                parent=parent,
+                flavors=parse_quotas(
+                    m.get("resources", []), at(p, "resources"), flavors, parent, of_cohort=True
+                ),
+                weight=y.fraction(m.get("weight", 1), at(p, "weight")),
             )
         )
+    problem = tree_error({c.name: c.parent for c in out})
+    if problem is not None:
+        raise ScenarioError(f"cohorts: {problem}")
     return out
 
 

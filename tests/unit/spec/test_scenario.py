@@ -234,3 +234,88 @@ def test_a_bad_ordering_is_refused_naming_the_field(where: str) -> None:
     expected = rf"{where}\[0\]\.ordering: expected one of fifo, usage"
     with pytest.raises(ScenarioError, match=expected):
         parse_scenario(raw)
+
+
+def _tree(*cohorts: dict[str, Any]) -> dict[str, Any]:
+    return _set(["cohorts"], [{"name": "research"}, *cohorts])
+
+
+TREE_CASES = [
+    pytest.param(
+        _tree({"name": "org"}, {"name": "lab", "parent": "ghost"}),
+        "cohorts: cohort lab: its parent ghost does not exist",
+        id="dangling-parent",
+    ),
+    pytest.param(
+        _set(
+            ["cohorts"],
+            [{"name": "research", "parent": "org"}, {"name": "org", "parent": "research"}],
+        ),
+        "cohorts: cohorts form a cycle: org -> research -> org",
+        id="cycle",
+    ),
+    pytest.param(
+        _tree(
+            {
+                "name": "org",
+                "resources": [
+                    {
+                        "flavor": "h100",
+                        "nominal": {"nvidia.com/gpu": 8},
+                        "borrowing_limit": {"nvidia.com/gpu": 1},
+                    }
+                ],
+            }
+        ),
+        "cohorts[1].resources[0].borrowing_limit: only a cohort with a parent can have",
+        id="root-borrowing-limit",
+    ),
+    pytest.param(
+        _tree({"name": "org", "weight": -2}),
+        "cohorts[1].weight: expected a non-negative number",
+        id="negative-cohort-weight",
+    ),
+    pytest.param(
+        _tree({"name": "org", "parnt": "x"}),
+        "cohorts[1].parnt: unknown field",
+        id="unknown-cohort-field",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), TREE_CASES)
+def test_bad_cohort_trees_name_the_path(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(raw)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_cohort_tree_with_quota_of_its_own() -> None:
+    raw = _set(
+        ["cohorts"],
+        [
+            {"name": "org", "resources": [{"flavor": "h100", "nominal": {"nvidia.com/gpu": 16}}]},
+            {
+                "name": "research",
+                "parent": "org",
+                "weight": 2,
+                "resources": [
+                    {
+                        "flavor": "h100",
+                        "nominal": {"nvidia.com/gpu": 0},
+                        "borrowing_limit": {"nvidia.com/gpu": 8},
+                        "lending_limit": {"nvidia.com/gpu": 4},
+                    }
+                ],
+            },
+        ],
+    )
+    config = parse_scenario(raw).config
+    research = config.cohorts["research"]  # type: ignore[index]
+    assert research.parent == "org" and research.weight == 2
+    assert research.flavors[0].borrowing_limit == {"nvidia.com/gpu": 8}
+    # research lends its whole subtree (team-a's 8 beyond its own 0), so its lending
+    # limit may exceed its own nominal quota.
+    assert research.flavors[0].lending_limit == {"nvidia.com/gpu": 4}
+    topo = config.quota_topology
+    assert topo.tree.path("research") == "org/research"  # type: ignore[arg-type]
