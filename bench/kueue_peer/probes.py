@@ -38,6 +38,7 @@ from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.reflector import Reflector
 from queuemgr.spec.scenario import parse_scenario
 from queuemgr.store import config_objects as store_config
+from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.database import create_engine
 from tests.controlplane.harness import add_gpu_node
 
@@ -93,7 +94,7 @@ def setup_queues(db_url: str, baseline: Baseline) -> None:
             for flavor in config.flavors.values():
                 store_config.upsert_flavor(conn, flavor, actor=ACTOR)
             for cohort in config.cohorts.values():
-                store_config.upsert_cohort(conn, cohort, actor=ACTOR)
+                upsert_cohort(conn, cohort, actor=ACTOR)
             for cq in config.cluster_queues.values():
                 store_config.upsert_cluster_queue(conn, cq, actor=ACTOR)
             for lq in config.local_queues.values():

@@ -31,11 +31,11 @@ from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.scenario import parse_scenario
 from queuemgr.store import admin, codec
+from queuemgr.store.audit import os_actor
+from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.config_objects import (
     load_config,
-    os_actor,
     upsert_cluster_queue,
-    upsert_cohort,
     upsert_flavor,
     upsert_local_queue,
 )

@@ -21,7 +21,7 @@ from queuemgr.cli.common import database
 from queuemgr.cli.errors import BadInput, CliError, handled
 from queuemgr.cli.output import emit, output_option, print_table
 from queuemgr.store import grants as store
-from queuemgr.store.config_objects import os_actor
+from queuemgr.store.audit import os_actor
 
 ROLE_MAX_BYTES = 63  # Postgres NAMEDATALEN - 1
 

@@ -29,13 +29,9 @@ from queuemgr.core.model import (
 from queuemgr.core.snapshot import Config
 from queuemgr.spec.objects import parse_taints
 from queuemgr.store import admin, codec
-from queuemgr.store.config_objects import (
-    ensure_cohort,
-    load_config,
-    os_actor,
-    upsert_cohort,
-    upsert_flavor,
-)
+from queuemgr.store.audit import os_actor
+from queuemgr.store.cohorts import ensure_cohort, upsert_cohort
+from queuemgr.store.config_objects import load_config, upsert_flavor
 
 
 @click.group("flavor")

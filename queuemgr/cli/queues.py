@@ -24,9 +24,9 @@ from queuemgr.cli.output import duration, emit, output_option, print_fields, pri
 from queuemgr.cli.views import cq_doc, load_view, lq_doc, nominal_total
 from queuemgr.core.model import ClusterQueueName, LocalQueue
 from queuemgr.store import admin
+from queuemgr.store.audit import os_actor
 from queuemgr.store.config_objects import (
     load_config,
-    os_actor,
     upsert_cluster_queue,
     upsert_local_queue,
 )

@@ -30,7 +30,8 @@ from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota, Workl
 from queuemgr.core.resources import ResourceName, parse_resource_name
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.store import admin, codec
-from queuemgr.store.config_objects import os_actor, upsert_cluster_queue
+from queuemgr.store.audit import os_actor
+from queuemgr.store.config_objects import upsert_cluster_queue
 from queuemgr.store.repository import load_state
 from queuemgr.store.transitions import evict
 

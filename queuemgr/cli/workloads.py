@@ -38,7 +38,8 @@ from queuemgr.core.resources import CPU, GPU, MEMORY
 from queuemgr.spec.knobs import parse_duration
 from queuemgr.store import admin
 from queuemgr.store.admin import WorkloadInfo
-from queuemgr.store.config_objects import load_config, os_actor
+from queuemgr.store.audit import os_actor
+from queuemgr.store.config_objects import load_config
 from queuemgr.store.transitions import cancel_workload, submit_workload
 
 

@@ -34,6 +34,8 @@ from queuemgr.service.http import HttpServer
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.spec.knobs import policy_knobs
 from queuemgr.store import config_objects as store_config
+from queuemgr.store.audit import os_actor
+from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.database import URL_ENV, DatabaseError, resolve_url
 from queuemgr.store.errors import StoreError
 from queuemgr.store.handle import Database
@@ -53,13 +55,13 @@ def _seed_cluster(db: Database, config: ServiceConfig) -> list[Node]:
     if config.cluster_file is None:
         return []
     cluster = load_cluster_file(config.cluster_file)
-    actor = store_config.os_actor()
+    actor = os_actor()
     with db.write() as conn:
         for f in cluster.flavors.values():
             store_config.upsert_flavor(conn, f, actor=actor)
         store_config.upsert_nodes(conn, list(cluster.nodes.values()), actor=actor)
         for c in cluster.cohorts.values():  # fair sharing and ordering, as `apply` writes them
-            store_config.upsert_cohort(conn, c, actor=actor)
+            upsert_cohort(conn, c, actor=actor)
         store_config.upsert_cluster_queues(conn, list(cluster.cluster_queues.values()), actor=actor)
         store_config.upsert_local_queues(conn, list(cluster.local_queues.values()), actor=actor)
     return list(cluster.nodes.values())

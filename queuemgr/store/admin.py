@@ -7,9 +7,9 @@ cycle's view of the configuration.
 
 What must stay true: a delete writes its ``audit_log`` row (the object's JSON
 before, ``after`` NULL) in the same transaction as the delete; deleting
-something still referenced (a flavor with quotas, a cohort with members)
-raises :class:`ObjectInUse` before anything is written; every value reaches
-SQL as a bound parameter, never through string formatting.
+something still referenced (a flavor with quotas, a cohort with members or
+child cohorts) raises :class:`ObjectInUse` before anything is written; every
+value reaches SQL as a bound parameter, never through string formatting.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from sqlalchemy import Connection, delete, insert, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
-from queuemgr.store.config_objects import _cluster_queue_json, _flavor_of, _one, audit_change
+from queuemgr.store.audit import audit_change, locked_one
+from queuemgr.store.config_objects import _cluster_queue_json, _flavor_of
 from queuemgr.store.models import (
     AuditLogRow,
     ClusterQueueQuota,
     ClusterQueueRow,
+    CohortQuota,
     CohortRow,
     Flavor,
     LocalQueueRow,
@@ -57,7 +59,16 @@ def delete_flavor(conn: Connection, name: str, *, actor: str) -> bool:
             raise ObjectInUse(
                 f"flavor {name!r} still has quota in cluster queues: {', '.join(sorted(users))}"
             )
-        old = _one(conn, select(Flavor.__table__).where(Flavor.name == name))
+        holders = (
+            conn.execute(select(CohortQuota.cohort).where(CohortQuota.flavor == name))
+            .scalars()
+            .all()
+        )
+        if holders:
+            raise ObjectInUse(
+                f"flavor {name!r} still has quota in cohorts: {', '.join(sorted(holders))}"
+            )
+        old = locked_one(conn, select(Flavor.__table__).where(Flavor.name == name))
         if old is None:
             return False
         conn.execute(delete(Flavor).where(Flavor.name == name))
@@ -77,6 +88,13 @@ def delete_cohort(conn: Connection, name: str, *, actor: str) -> bool:
         if members:
             raise ObjectInUse(
                 f"cohort {name!r} still has member cluster queues: {', '.join(sorted(members))}"
+            )
+        children = (
+            conn.execute(select(CohortRow.name).where(CohortRow.parent == name)).scalars().all()
+        )
+        if children:
+            raise ObjectInUse(
+                f"cohort {name!r} still has child cohorts: {', '.join(sorted(children))}"
             )
         gone = conn.execute(
             delete(CohortRow).where(CohortRow.name == name).returning(CohortRow.name)

@@ -170,6 +170,9 @@ def cohort_json(c: Cohort) -> Json:
         "name": c.name,
         "fair_sharing": c.fair_sharing,
         "ordering": None if c.ordering is None else c.ordering.value,
+        "parent": c.parent,
+        "weight": weight(c.weight),
+        "flavors": [quota_json(q) for q in c.flavors],
     }
 
 

@@ -16,19 +16,16 @@ so the capacity its pods hold is still accounted).
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Collection
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
 
-from sqlalchemy import Connection, RowMapping, Select, delete, insert, select
+from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
-    Cohort,
     CohortName,
     FlavorName,
     FlavorQuota,
@@ -43,11 +40,12 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.snapshot import Config
 from queuemgr.store import codec
+from queuemgr.store.audit import Json, Row, audit_change, locked_one, rows
+from queuemgr.store.cohorts import ensure_cohort, load_cohorts
 from queuemgr.store.models import (
     AuditLogRow,
     ClusterQueueQuota,
     ClusterQueueRow,
-    CohortRow,
     Flavor,
     LocalQueueRow,
     PlacementRow,
@@ -55,61 +53,6 @@ from queuemgr.store.models import (
 from queuemgr.store.models import Node as NodeRow
 from queuemgr.store.notify import notify
 from queuemgr.store.workloads import atomic
-
-Json = dict[str, Any]
-
-
-def os_actor() -> str:
-    """The default actor: the operating-system user running this process."""
-    try:
-        return f"os:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "os:unknown"
-
-
-def audit_change(
-    conn: Connection,
-    *,
-    actor: str,
-    kind: str,
-    name: str,
-    before: Json | None,
-    after: Json | None,
-    wakes: bool = True,
-) -> bool:
-    """Record a change of an object (before and after); False, and nothing written, if none.
-
-    Every change of what the scheduler decides on comes through here, so here is
-    where it is woken (``wakes``): on commit, and only if the change commits.
-    """
-    if before == after:
-        return False
-    action = "create" if before is None else "delete" if after is None else "update"
-    conn.execute(
-        insert(AuditLogRow).values(
-            actor=actor,
-            action=action,
-            object_kind=kind,
-            object_name=name,
-            before=before,
-            after=after,
-        )
-    )
-    if wakes:
-        notify(conn, "config")
-    return True
-
-
-# Rows are read as mappings: a Core connection yields columns, not ORM objects.
-Row = RowMapping
-
-
-def _rows(conn: Connection, query: Select[Any]) -> list[Row]:
-    return list(conn.execute(query).mappings())
-
-
-def _one(conn: Connection, query: Select[Any]) -> Row | None:
-    return conn.execute(query.with_for_update()).mappings().first()
 
 
 def _flavor_of(r: Row) -> ResourceFlavor:
@@ -133,7 +76,7 @@ def _node_of(r: Row) -> Node:
 def upsert_flavor(conn: Connection, f: ResourceFlavor, *, actor: str) -> bool:
     """Create or update a flavor; True when something changed (and was audited)."""
     with atomic(conn):
-        old = _one(conn, select(Flavor.__table__).where(Flavor.name == f.name))
+        old = locked_one(conn, select(Flavor.__table__).where(Flavor.name == f.name))
         before = None if old is None else codec.flavor_json(_flavor_of(old))
         after = codec.flavor_json(f)
         return _write(conn, Flavor, "ResourceFlavor", f.name, before, after, actor=actor)
@@ -158,7 +101,7 @@ def upsert_nodes(conn: Connection, nodes: Collection[Node], *, actor: str) -> li
         names = [n.name for n in nodes]
         stored = {
             r["name"]: codec.node_json(_node_of(r))
-            for r in _rows(conn, select(NodeRow.__table__).where(NodeRow.name.in_(names)))
+            for r in rows(conn, select(NodeRow.__table__).where(NodeRow.name.in_(names)))
         }
         changes = [
             (n.name, stored.get(n.name), after)
@@ -206,7 +149,7 @@ def retire_nodes(
     kept: list[str] = []
     with atomic(conn):
         # Only the gone rows are read and locked: the others are none of this call's business.
-        gone = _rows(
+        gone = rows(
             conn,
             select(NodeRow.__table__)
             .where(NodeRow.name.not_in(list(present)))
@@ -257,51 +200,15 @@ def _write(
     return audit_change(conn, actor=actor, kind=kind, name=name, before=before, after=after)
 
 
-def upsert_cohort(conn: Connection, c: Cohort, *, actor: str) -> bool:
-    """Create or update a cohort; True (and an audit row) when something changed."""
-    after = codec.cohort_json(c)
-    with atomic(conn):
-        row = _one(
-            conn, select(CohortRow.__table__).where(CohortRow.name == c.name).with_for_update()
-        )
-        before = None if row is None else dict(row)
-        if before == after:
-            return False
-        settings = {k: v for k, v in after.items() if k != "name"}
-        conn.execute(
-            pg_insert(CohortRow)
-            .values(after)
-            .on_conflict_do_update(index_elements=[CohortRow.name], set_=settings)
-        )
-        return audit_change(
-            conn, actor=actor, kind="Cohort", name=c.name, before=before, after=after
-        )
-
-
-def ensure_cohort(conn: Connection, name: str, *, actor: str) -> bool:
-    """Create a cohort with default settings when missing; an existing one keeps its own."""
-    with atomic(conn):
-        created = conn.execute(
-            pg_insert(CohortRow)
-            .values(name=name)
-            .on_conflict_do_nothing(index_elements=[CohortRow.name])
-            .returning(CohortRow.name)
-        ).first()
-        if created is None:
-            return False
-        after = codec.cohort_json(Cohort(name=CohortName(name)))
-        return audit_change(conn, actor=actor, kind="Cohort", name=name, before=None, after=after)
-
-
 def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
     return _cluster_queue_jsons(conn, [name]).get(name)
 
 
 def _cluster_queue_jsons(conn: Connection, names: Collection[str]) -> dict[str, Json]:
     """The stored ClusterQueues of ``names`` as ``codec.cluster_queue_json`` writes them."""
-    rows = _rows(conn, select(ClusterQueueRow.__table__).where(ClusterQueueRow.name.in_(names)))
-    out: dict[str, Json] = {r["name"]: {**dict(r), "flavors": []} for r in rows}
-    quotas = _rows(
+    found = rows(conn, select(ClusterQueueRow.__table__).where(ClusterQueueRow.name.in_(names)))
+    out: dict[str, Json] = {r["name"]: {**dict(r), "flavors": []} for r in found}
+    quotas = rows(
         conn,
         select(ClusterQueueQuota.__table__)
         .where(ClusterQueueQuota.cluster_queue.in_(names))
@@ -333,7 +240,7 @@ def upsert_local_queues(conn: Connection, lqs: Collection[LocalQueue], *, actor:
     """``upsert_local_queue`` for each that differs from what is stored (one read);
     how many changed."""
     stored = {
-        (r["namespace"], r["name"]): dict(r) for r in _rows(conn, select(LocalQueueRow.__table__))
+        (r["namespace"], r["name"]): dict(r) for r in rows(conn, select(LocalQueueRow.__table__))
     }
     return sum(
         1
@@ -377,7 +284,7 @@ def upsert_cluster_queue(
 
 def upsert_local_queue(conn: Connection, lq: LocalQueue, *, actor: str) -> bool:
     with atomic(conn):
-        old = _one(
+        old = locked_one(
             conn,
             select(LocalQueueRow.__table__).where(
                 LocalQueueRow.namespace == lq.namespace, LocalQueueRow.name == lq.name
@@ -410,7 +317,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
     holding their quota; the caller withholds its pending workloads.
     """
     quotas: dict[str, list[FlavorQuota]] = {}
-    for q in _rows(
+    for q in rows(
         conn,
         select(ClusterQueueQuota.__table__).order_by(
             ClusterQueueQuota.cluster_queue, ClusterQueueQuota.position
@@ -426,7 +333,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
         )
     cqs: list[ClusterQueue] = []
     stopped: set[ClusterQueueName] = set()
-    for r in _rows(conn, select(ClusterQueueRow.__table__).order_by(ClusterQueueRow.name)):
+    for r in rows(conn, select(ClusterQueueRow.__table__).order_by(ClusterQueueRow.name)):
         name = ClusterQueueName(r["name"])
         cqs.append(
             ClusterQueue(
@@ -448,15 +355,8 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
         if r["stopped"]:
             stopped.add(name)
     config = Config.of(
-        flavors=[_flavor_of(f) for f in _rows(conn, select(Flavor.__table__))],
-        cohorts=[
-            Cohort(
-                name=CohortName(c["name"]),
-                fair_sharing=c["fair_sharing"],
-                ordering=codec.ordering_of(c["ordering"]),
-            )
-            for c in _rows(conn, select(CohortRow.__table__))
-        ],
+        flavors=[_flavor_of(f) for f in rows(conn, select(Flavor.__table__))],
+        cohorts=load_cohorts(conn),
         cluster_queues=cqs,
         local_queues=[
             LocalQueue(
@@ -464,8 +364,8 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
                 name=lq["name"],
                 cluster_queue=ClusterQueueName(lq["cluster_queue"]),
             )
-            for lq in _rows(conn, select(LocalQueueRow.__table__))
+            for lq in rows(conn, select(LocalQueueRow.__table__))
         ],
-        nodes=[_node_of(n) for n in _rows(conn, select(NodeRow.__table__))],
+        nodes=[_node_of(n) for n in rows(conn, select(NodeRow.__table__))],
     )
     return config, frozenset(stopped)

@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 
-from queuemgr.store.config_objects import audit_change
+from queuemgr.store.audit import audit_change
 from queuemgr.store.models import TenantGrantRow
 from queuemgr.store.workloads import atomic
 

@@ -59,6 +59,7 @@ _CONFIG_TABLES = (
     "flavors",
     "nodes",
     "cohorts",
+    "cohort_quotas",
     "cluster_queues",
     "cluster_queue_quotas",
     "local_queues",

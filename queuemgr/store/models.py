@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Double,
     Enum,
@@ -99,9 +100,32 @@ class Node(Base):
 
 class CohortRow(Base):
     __tablename__ = "cohorts"
+    __table_args__ = (CheckConstraint("parent <> name", name="ck_cohorts_not_own_parent"),)
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     fair_sharing: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the scheduler's ordering
+    # NULL: a root. Longer cycles are refused by store.config_objects before a write.
+    parent: Mapped[str | None] = mapped_column(
+        Text, ForeignKey("cohorts.name", ondelete="RESTRICT"), index=True
+    )
+    weight: Mapped[str] = mapped_column(Text, server_default=text("'1'"))
+
+
+class CohortQuota(Base):
+    """One flavor's quota a cohort holds itself, with its limits toward its parent."""
+
+    __tablename__ = "cohort_quotas"
+    __table_args__ = (UniqueConstraint("cohort", "position"),)
+    cohort: Mapped[str] = mapped_column(
+        Text, ForeignKey("cohorts.name", ondelete="CASCADE"), primary_key=True
+    )
+    flavor: Mapped[str] = mapped_column(
+        Text, ForeignKey("flavors.name", ondelete="RESTRICT"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer)
+    nominal: Mapped[Vector]
+    borrowing_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
+    lending_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
 
 
 class ClusterQueueRow(Base):

@@ -49,6 +49,7 @@ from queuemgr.k8s.webhook_server import WebhookServer
 from queuemgr.service.app import Service
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.store import config_objects as store_config
+from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.handle import Database
 from tests.controlplane.harness import ControlPlane, add_gpu_node, set_pod_phase, wait_for
 
@@ -179,7 +180,7 @@ class KubeEnv:
         preemption = PreemptionPolicy(reclaim_within_cohort=reclaim)
         with self.engine.begin() as conn:
             store_config.upsert_flavor(conn, flavor, actor="test")
-            store_config.upsert_cohort(
+            upsert_cohort(
                 conn, Cohort(name=CohortName("research"), fair_sharing=True), actor="test"
             )
             for ns, team in zip(self.namespaces, ("team-a", "team-b"), strict=True):

@@ -22,11 +22,11 @@ from queuemgr.core.model import (
     QueueingStrategy,
     ReclaimWithinCohort,
 )
+from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.config_objects import (
     load_config,
     retire_nodes,
     upsert_cluster_queue,
-    upsert_cohort,
     upsert_cluster_queues,
     upsert_local_queues,
     upsert_node,

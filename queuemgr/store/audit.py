@@ -1,0 +1,76 @@
+"""The audit trail of admin-owned objects, and the row helpers their writers share.
+
+Why it exists: quota changes are what tenants argue about, so every change of a
+flavor, cohort, queue or node is written together with an ``audit_log`` row (who,
+what before and after, when) in the same transaction as the change; the writers of
+each kind of object (store.config_objects, store.cohorts, store.admin) share this.
+
+What must stay true: a change that changes nothing writes no row and wakes nobody;
+a row read to compute "before" is locked (``locked_one``) so two concurrent admins
+produce two consistent audit rows.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, Select, insert
+
+from queuemgr.store.models import AuditLogRow
+from queuemgr.store.notify import notify
+
+Json = dict[str, Any]
+
+
+def os_actor() -> str:
+    """The default actor: the operating-system user running this process."""
+    try:
+        return f"os:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "os:unknown"
+
+
+def audit_change(
+    conn: Connection,
+    *,
+    actor: str,
+    kind: str,
+    name: str,
+    before: Json | None,
+    after: Json | None,
+    wakes: bool = True,
+) -> bool:
+    """Record a change of an object (before and after); False, and nothing written, if none.
+
+    Every change of what the scheduler decides on comes through here, so here is
+    where it is woken (``wakes``): on commit, and only if the change commits.
+    """
+    if before == after:
+        return False
+    action = "create" if before is None else "delete" if after is None else "update"
+    conn.execute(
+        insert(AuditLogRow).values(
+            actor=actor,
+            action=action,
+            object_kind=kind,
+            object_name=name,
+            before=before,
+            after=after,
+        )
+    )
+    if wakes:
+        notify(conn, "config")
+    return True
+
+
+# Rows are read as mappings: a Core connection yields columns, not ORM objects.
+Row = RowMapping
+
+
+def rows(conn: Connection, query: Select[Any]) -> list[Row]:
+    return list(conn.execute(query).mappings())
+
+
+def locked_one(conn: Connection, query: Select[Any]) -> Row | None:
+    return conn.execute(query.with_for_update()).mappings().first()
