@@ -25,7 +25,7 @@ import click
 from queuemgr.cli.common import database
 from queuemgr.cli.errors import handled
 from queuemgr.cli.output import changed_fields, describe_changes, emit, output_option
-from queuemgr.core.model import ClusterQueueName, FlavorName
+from queuemgr.core.model import ClusterQueueName, CohortName, FlavorName
 from queuemgr.core.snapshot import Config
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
@@ -102,8 +102,12 @@ def plan(desired: Config, conn: Tx, *, prune: bool) -> tuple[list[Change], int]:
                 changes.append(Change(action="update", kind=kind, name=key[1], fields=fields))
     extra = [k for k in have if k not in want]
     if prune:
+        tree = current.quota_topology.tree
         for kind in reversed(KINDS):
-            for key in sorted(k for k in extra if k[0] == kind):
+            doomed = sorted(k for k in extra if k[0] == kind)
+            if kind == "Cohort":  # children before their parents
+                doomed.sort(key=lambda k: -tree.depth(CohortName(k[1])))
+            for key in doomed:
                 changes.append(Change(action="delete", kind=kind, name=key[1]))
     return changes, 0 if prune else len(extra)
 
@@ -115,7 +119,10 @@ def execute(desired: Config, conn: Tx, changes: list[Change], actor: str) -> Non
     for f in desired.flavors.values():
         if ("ResourceFlavor", f.name) in todo:
             upsert_flavor(conn, f, actor=actor)
-    for cohort in desired.cohorts.values():
+    # Parents before children, by depth in the desired tree: each cohort is written
+    # after every ancestor has its final parent, so no write sees a half-made cycle.
+    tree = desired.quota_topology.tree
+    for cohort in sorted(desired.cohorts.values(), key=lambda c: (tree.depth(c.name), c.name)):
         if ("Cohort", cohort.name) in todo:
             upsert_cohort(conn, cohort, actor=actor)
     for cq in desired.cluster_queues.values():

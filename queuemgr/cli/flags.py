@@ -115,7 +115,7 @@ def cluster_queue_from_flags(
     if f["no_cohort"]:
         changes["cohort"] = None
     if f["weight"] is not None:
-        changes["weight"] = y.fraction(_number(f["weight"]), "--weight")
+        changes["weight"] = y.fraction(number(f["weight"]), "--weight")
     if f["queueing_strategy"] is not None:
         changes["queueing_strategy"] = QueueingStrategy(f["queueing_strategy"])
     if f["namespaces"]:
@@ -150,12 +150,12 @@ def cluster_queue_from_flags(
 
 def _duration(raw: str, option: str = "--min-runtime", *, zero: bool = True) -> float:
     try:
-        return parse_duration(_number(raw), option, zero=zero)
+        return parse_duration(number(raw), option, zero=zero)
     except InputError as exc:
         raise BadInput(str(exc)) from None
 
 
-def _number(raw: str) -> object:
+def number(raw: str) -> object:
     try:
         return int(raw)
     except ValueError:

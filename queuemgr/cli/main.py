@@ -32,7 +32,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("queuemgr.cli.apply", "apply"),
     "cq": ("queuemgr.cli.queues", "cq"),
     "lq": ("queuemgr.cli.queues", "lq"),
-    "cohort": ("queuemgr.cli.objects", "cohort"),
+    "cohort": ("queuemgr.cli.cohorts", "cohort"),
     "flavor": ("queuemgr.cli.objects", "flavor"),
     "quota": ("queuemgr.cli.quota", "quota"),
     "queues": ("queuemgr.cli.queues", "queues"),

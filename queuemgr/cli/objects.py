@@ -1,6 +1,6 @@
-"""``queuemgr flavor|cohort ...``: the small admin objects, with the verbs of the queues.
+"""``queuemgr flavor ...``: the small admin objects, with the verbs of the queues.
 
-Why it exists: flavors and cohorts are created, listed and deleted like
+Why it exists: flavors (and cohorts, queuemgr.cli.cohorts) are created, listed and deleted like
 queues, through the same audited store writes.
 
 What must stay true: flags are checked before the database is touched (exit 2
@@ -20,17 +20,13 @@ from queuemgr.cli.errors import CliError, handled, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.cli.output import emit, output_option, print_fields, print_table
 from queuemgr.core.model import (
-    Cohort,
-    CohortName,
     FlavorName,
-    Ordering,
     ResourceFlavor,
 )
 from queuemgr.core.snapshot import Config
 from queuemgr.spec.objects import parse_taints
 from queuemgr.store import admin, codec
 from queuemgr.store.audit import os_actor
-from queuemgr.store.cohorts import ensure_cohort, upsert_cohort
 from queuemgr.store.config_objects import load_config, upsert_flavor
 
 
@@ -71,7 +67,7 @@ def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -
 @handled
 def flavor_delete(name: str) -> None:
     """Delete ResourceFlavor NAME (refused while a ClusterQueue has quota on it)."""
-    _delete("flavor", name, admin.delete_flavor, lambda config: config.flavors)
+    delete_object("flavor", name, admin.delete_flavor, lambda config: config.flavors)
     click.echo(f"resourceflavor {name} deleted")
 
 
@@ -116,45 +112,10 @@ def _flavor_table(doc: dict[str, Any]) -> None:
 @handled
 def flavor_describe(name: str, output: str) -> None:
     """ResourceFlavor NAME."""
-    _describe("flavor", name, output, _flavor_docs, lambda config: config.flavors)
+    describe_object("flavor", name, output, _flavor_docs, lambda config: config.flavors)
 
 
-@click.group("cohort")
-def cohort() -> None:
-    """Cohorts: ClusterQueues that lend each other idle quota."""
-
-
-@cohort.command("create")
-@click.argument("name")
-@click.option(
-    "--ordering",
-    default=None,
-    type=click.Choice([o.value for o in Ordering]),
-    help="Order among its borrowers and, by default, within its queues.",
-)
-@handled
-def cohort_create(name: str, ordering: str | None) -> None:
-    """Create Cohort NAME."""
-    check_name(name, "NAME")
-    with database() as db, db.write() as conn:
-        if not ensure_cohort(conn, name, actor=os_actor()):
-            raise CliError(f"cohort {name!r} already exists")
-        if ordering is not None:
-            chosen = Cohort(name=CohortName(name), ordering=Ordering(ordering))
-            upsert_cohort(conn, chosen, actor=os_actor())
-    click.echo(f"cohort {name} created")
-
-
-@cohort.command("delete")
-@click.argument("name")
-@handled
-def cohort_delete(name: str) -> None:
-    """Delete Cohort NAME (refused while ClusterQueues belong to it)."""
-    _delete("cohort", name, admin.delete_cohort, lambda config: config.cohorts)
-    click.echo(f"cohort {name} deleted")
-
-
-def _delete(
+def delete_object(
     kind: str,
     name: str,
     delete: Callable[..., bool],
@@ -170,47 +131,7 @@ def _delete(
             raise not_found(kind, name, known(load_config(conn)[0]))
 
 
-def _cohort_docs(config: Config) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": c,
-            "ordering": None if (o := config.cohorts[c].ordering) is None else o.value,
-            "cluster_queues": sorted(
-                q.name for q in config.cluster_queues.values() if q.cohort == c
-            ),
-        }
-        for c in sorted(config.cohorts)
-    ]
-
-
-@cohort.command("list")
-@output_option
-@handled
-def cohort_list(output: str) -> None:
-    """Cohorts and their member ClusterQueues."""
-    with database() as db, db.read() as conn:
-        config, _ = load_config(conn)
-    emit(
-        {"cohorts": _cohort_docs(config)},
-        output,
-        lambda d: print_table(
-            None,
-            ("NAME", "CLUSTERQUEUES"),
-            [(c["name"], ", ".join(c["cluster_queues"]) or "-") for c in d["cohorts"]],
-        ),
-    )
-
-
-@cohort.command("describe")
-@click.argument("name")
-@output_option
-@handled
-def cohort_describe(name: str, output: str) -> None:
-    """Cohort NAME and its members."""
-    _describe("cohort", name, output, _cohort_docs, lambda config: config.cohorts)
-
-
-def _describe(
+def describe_object(
     kind: str,
     name: str,
     output: str,
