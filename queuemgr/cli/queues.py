@@ -130,7 +130,7 @@ def _cq_table(doc: dict[str, Any]) -> None:
     rows = [
         (
             d["name"],
-            d["cohort"] or "-",
+            d["cohort_path"] or "-",
             vec(nominal_total(d)),
             vec(d["usage"]),
             d["pending"],
@@ -161,7 +161,7 @@ def _cq_describe(d: dict[str, Any]) -> None:
     print_fields(
         [
             ("Name", d["name"]),
-            ("Cohort", d["cohort"] or "-"),
+            ("Cohort", d["cohort_path"] or "-"),
             ("Weight", d["weight"]),
             ("Queueing strategy", d["queueing_strategy"]),
             ("Ordering", d.get("ordering") or "inherited"),

@@ -65,8 +65,11 @@ def cq_doc(view: View, cq: ClusterQueue) -> Doc:
         for lq in view.state.config.local_queues.values()
         if lq.cluster_queue == cq.name
     )
+    tree = view.state.config.quota_topology.tree
     return {
         **base,
+        # Where it lends and borrows: "org/research/team", root first.
+        "cohort_path": None if cq.cohort is None else tree.path(cq.cohort),
         "usage": codec.vector(total(usage.values())),
         "pending": pending,
         "admitted": view.admitted_in_cq(cq.name),

@@ -37,6 +37,9 @@ def test_a_tree_built_and_shown_from_the_command_line(cli: Invoke, applied: Path
         }
     ]
     assert doc["cluster_queues"] == ["team-a", "team-b"]
+    assert "org/research" in _ok(cli, "cq", "describe", "team-a")
+    cqs = json.loads(_ok(cli, "cq", "list", "-o", "json"))["cluster_queues"]
+    assert {q["name"]: q["cohort_path"] for q in cqs}["team-b"] == "org/research"
     listing = _ok(cli, "cohort", "list")
     assert "org/research" in listing and "nvidia.com/gpu=16" in listing
     org = json.loads(_ok(cli, "cohort", "describe", "org", "-o", "json"))
