@@ -86,7 +86,8 @@ def scenario() -> dict[str, Any]:
                 "allocatable": {GPU: 8, "cpu": 64, "memory": "512Gi"},
             },
         ],
-        "cohorts": [{"name": "research"}, {"name": "ops"}],
+        # research sits under org (no quota of its own), so the per-cohort panels see a tree.
+        "cohorts": [{"name": "org"}, {"name": "research", "parent": "org"}, {"name": "ops"}],
         "cluster_queues": [
             {
                 "name": "team-a",

@@ -155,6 +155,49 @@ class SchedulerMetrics(MetricFamilies):
         for name in config.cluster_queues:
             infinite, exact = ledger.share(name)
             f[self.share].set(math.inf if infinite else float(exact), name)
+        self._cohorts(snapshot, usage, ledger)
+
+    def _cohorts(
+        self,
+        snapshot: Snapshot,
+        usage: Mapping[ClusterQueueName, Mapping[FlavorName, Mapping[ResourceName, int]]],
+        ledger: QuotaLedger,
+    ) -> None:
+        """Each cohort's subtree quota, usage and share, labelled by its path: O(cohorts
+        times depth plus queues)."""
+        f = self._frames
+        config = snapshot.config
+        topo = config.quota_topology
+        tree = topo.tree
+        paths = {c: tree.path(c) for c in config.cohorts}
+        quota: dict[str, dict[tuple[FlavorName, ResourceName], int]] = {c: {} for c in paths}
+        held: dict[str, dict[tuple[FlavorName, ResourceName], int]] = {c: {} for c in paths}
+        for c, cohort in config.cohorts.items():
+            for fq in cohort.flavors:
+                for c_up in tree.chain[c]:
+                    _add(quota[c_up], fq.flavor, fq.nominal)
+        for name, cq in config.cluster_queues.items():
+            f[self.cluster_queue_info].set(1, name, "" if cq.cohort is None else paths[cq.cohort])
+            if cq.cohort is None:
+                continue
+            for c_up in tree.chain[cq.cohort]:
+                for fq in cq.flavors:
+                    _add(quota[c_up], fq.flavor, fq.nominal)
+                for flavor, vec in usage.get(name, {}).items():
+                    _add(held[c_up], flavor, vec)
+        for c, path in paths.items():
+            parent = config.cohorts[c].parent
+            up = "" if parent is None else paths[parent]
+            for (flavor, res), v in quota[c].items():
+                f[self.cohort_quota].set(base_units(res, v), path, up, flavor, res)
+            for (flavor, res), v in held[c].items():
+                f[self.cohort_usage].set(base_units(res, v), path, up, flavor, res)
+        for name in config.cluster_queues:
+            below = topo.below_root.get(name, ())
+            for c, (infinite, exact) in zip(below, ledger.path_share(name), strict=False):
+                parent = config.cohorts[c].parent
+                up = "" if parent is None else paths[parent]
+                f[self.cohort_share].set(math.inf if infinite else float(exact), paths[c], up)
 
     def _pending(
         self, snapshot: Snapshot, decisions: Decisions, backing_off: Iterable[Workload]
@@ -269,3 +312,12 @@ def label_values(metrics: SchedulerMetrics) -> Iterable[tuple[str, str]]:
     for family in metrics.registry.collect():
         for sample in family.samples:
             yield from sample.labels.items()
+
+
+def _add(
+    into: dict[tuple[FlavorName, ResourceName], int],
+    flavor: FlavorName,
+    vec: Mapping[ResourceName, int],
+) -> None:
+    for res, v in vec.items():
+        into[(flavor, res)] = into.get((flavor, res), 0) + v

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from queuemgr.metrics.shape import SeriesFrame, priority_classes
 
 _Q = ("cluster_queue", "flavor", "resource")
+_C = ("cohort", "parent", "flavor", "resource")
 _UNITS = "cpu in cores, memory in bytes, other resources (GPUs) as counts"
 # Cycles take milliseconds; waits take seconds to days.
 _CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -116,6 +117,36 @@ class MetricFamilies:
             ["cluster_queue"],
             registry=r,
         )
+        # The cohort tree (docs/scheduling.md, hierarchical cohorts): ``cohort`` is the
+        # cohort's path from its root ("org/research"), ``parent`` its parent's path
+        # (empty at a root), so a dashboard can sum or filter any level.
+        self.cluster_queue_info = Gauge(
+            "queuemgr_cluster_queue_info",
+            "Always 1: the ClusterQueue's place in the cohort tree (cohort is the path from "
+            "the root, empty for a queue in no cohort)",
+            ["cluster_queue", "cohort"],
+            registry=r,
+        )
+        self.cohort_quota = Gauge(
+            "queuemgr_cohort_subtree_quota",
+            "Nominal quota of the cohort's whole subtree: its own and every member's and "
+            f"descendant's ({_UNITS})",
+            _C,
+            registry=r,
+        )
+        self.cohort_usage = Gauge(
+            "queuemgr_cohort_resource_usage",
+            f"Quota held by admitted workloads of every ClusterQueue under the cohort ({_UNITS})",
+            _C,
+            registry=r,
+        )
+        self.cohort_share = Gauge(
+            "queuemgr_cohort_weighted_share",
+            "Weighted dominant share of a cohort below a root, as its parent compares its "
+            "children: use beyond its subtree quota over the root's quota, divided by its weight",
+            ["cohort", "parent"],
+            registry=r,
+        )
         self.node_free = Gauge(
             "queuemgr_node_free",
             f"Free capacity summed over a flavor's schedulable nodes ({_UNITS})",
@@ -176,7 +207,8 @@ class MetricFamilies:
             for g in (
                 self.pending, self.admitted_active, self.nominal, self.borrowing_limit,
                 self.lending_limit, self.usage, self.resource_pending, self.share,
-                self.node_free, self.node_largest_free,
+                self.node_free, self.node_largest_free, self.cluster_queue_info,
+                self.cohort_quota, self.cohort_usage, self.cohort_share,
             )
         }  # fmt: skip
 

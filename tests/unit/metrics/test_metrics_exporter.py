@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from queuemgr.metrics import SchedulerMetrics, serve
 from queuemgr.metrics.shape import MAX_PRIORITY_CLASSES
-from tests.builders import Result, World, make_cq, make_nodes
+from tests.builders import Result, World, make_cohort, make_cq, make_nodes
 from tests.builders import make_workload as wl
 
 GPU = "nvidia.com/gpu"
@@ -229,3 +229,34 @@ def test_serve_exposes_metrics_on_loopback() -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_the_cohort_tree_is_exported_per_level_with_paths() -> None:
+    # org holds 4 GPUs itself; research (team-a 4, team-b 4) lends to prod (team-c 8).
+    world = World().node(make_nodes("n", 4))
+    world.cohort(
+        make_cohort("org", nominal={"gpu": 4}),
+        make_cohort("research", "org", weight=2),
+        make_cohort("prod", "org"),
+    )
+    world.cq(
+        make_cq("team-a").cohort("research").nominal(gpu=4),
+        make_cq("team-b").cohort("research").nominal(gpu=4),
+        make_cq("team-c").cohort("prod").nominal(gpu=8),
+        make_cq("alone").nominal(gpu=1),
+    )
+    world.submit(*(wl(f"a{i}").ns("team-a").gpus(2) for i in range(6)))
+    m = observe(world.run())
+    info = "queuemgr_cluster_queue_info"
+    assert value(m, info, cluster_queue="team-a", cohort="org/research") == 1
+    assert value(m, info, cluster_queue="alone", cohort="") == 1
+    research = {"cohort": "org/research", "parent": "org", "flavor": "default", "resource": GPU}
+    org = {"cohort": "org", "parent": "", "flavor": "default", "resource": GPU}
+    assert value(m, "queuemgr_cohort_subtree_quota", **research) == 8
+    assert value(m, "queuemgr_cohort_subtree_quota", **org) == 20
+    # team-a holds 12: its own 4, team-b's 4, and 4 from org; research is the one borrowing.
+    assert value(m, "queuemgr_cohort_resource_usage", **research) == 12
+    assert value(m, "queuemgr_cohort_resource_usage", **org) == 12
+    share = value(m, "queuemgr_cohort_weighted_share", cohort="org/research", parent="org")
+    assert share == pytest.approx(4 / 20 / 2)
+    assert value(m, "queuemgr_cohort_weighted_share", cohort="org/prod", parent="org") == 0
