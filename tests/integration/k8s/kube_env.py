@@ -167,7 +167,10 @@ class KubeEnv:
         node_count: int = 2,
         nominal: int = 8,
         reclaim: ReclaimWithinCohort = ReclaimWithinCohort.NEVER,
+        tree: bool = False,
     ) -> None:
+        """Two teams in cohort ``research``; with ``tree``, cousins instead: team-a in
+        ``lab-a`` and team-b in ``lab-b``, both under ``research``, lending through it."""
         a, b = f"team-a-{self.suffix}", f"team-b-{self.suffix}"
         self.namespaces = (a, b)
         for ns in self.namespaces:
@@ -180,15 +183,17 @@ class KubeEnv:
         preemption = PreemptionPolicy(reclaim_within_cohort=reclaim)
         with self.engine.begin() as conn:
             store_config.upsert_flavor(conn, flavor, actor="test")
-            upsert_cohort(
-                conn, Cohort(name=CohortName("research"), fair_sharing=True), actor="test"
-            )
-            for ns, team in zip(self.namespaces, ("team-a", "team-b"), strict=True):
+            research = CohortName("research")
+            upsert_cohort(conn, Cohort(name=research, fair_sharing=True), actor="test")
+            labs = (CohortName("lab-a"), CohortName("lab-b")) if tree else (research, research)
+            for lab in set(labs) - {research}:
+                upsert_cohort(conn, Cohort(name=lab, parent=research), actor="test")
+            for ns, team, lab in zip(self.namespaces, ("team-a", "team-b"), labs, strict=True):
                 store_config.upsert_cluster_queue(
                     conn,
                     ClusterQueue(
                         name=ClusterQueueName(team),
-                        cohort=CohortName("research"),
+                        cohort=lab,
                         flavors=(FlavorQuota(flavor=flavor.name, nominal={GPU: nominal}),),
                         namespaces=frozenset({ns}),
                         preemption=preemption,

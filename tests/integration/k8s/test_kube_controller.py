@@ -126,6 +126,16 @@ def test_preemption_suspends_the_borrower_which_resumes_later(
         _preemption(env)
 
 
+def test_a_cousin_reclaims_through_the_cohort_tree(
+    control_plane: ControlPlane, engine: Engine, database_url: str
+) -> None:
+    # team-a and team-b sit in cohorts lab-a and lab-b under research: the loan and
+    # its reclaim both go through their common ancestor.
+    with kube_env(control_plane, engine, database_url) as env:
+        env.setup(reclaim=ReclaimWithinCohort.ANY, tree=True)
+        _preemption(env)
+
+
 def _preemption(env: KubeEnv) -> None:
     a, b = env.namespaces
     with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
