@@ -121,10 +121,9 @@ def execute(desired: Config, conn: Tx, changes: list[Change], actor: str) -> Non
             upsert_flavor(conn, f, actor=actor)
     # Parents before children, by depth in the desired tree: each cohort is written
     # after every ancestor has its final parent, so no write sees a half-made cycle.
-    tree = desired.quota_topology.tree
-    for cohort in sorted(desired.cohorts.values(), key=lambda c: (tree.depth(c.name), c.name)):
-        if ("Cohort", cohort.name) in todo:
-            upsert_cohort(conn, cohort, actor=actor)
+    for cohort in desired.quota_topology.tree.top_down():
+        if ("Cohort", cohort) in todo:
+            upsert_cohort(conn, desired.cohorts[cohort], actor=actor)
     for cq in desired.cluster_queues.values():
         if ("ClusterQueue", cq.name) in todo:
             upsert_cluster_queue(conn, cq, actor=actor, stopped=cq.name in stopped)

@@ -198,6 +198,19 @@ class Cycle(Admitter):
                 if head is not None:
                     heapq.heappush(heap, self.nominator.nominate(cq, head))
                 continue
+            if (
+                key[0] == BORROWING
+                and nomination.version != self.ledger.version
+                and name in self._deep
+            ):
+                # In a tree, a borrower's key holds its cohorts' shares, which others'
+                # admissions since raised: the key is a lower bound. Its fresh key goes
+                # first only if no other lower bound is below it, else back in the heap.
+                fresh = self.nominator.nominate(cq, w)
+                if heap and fresh[0] > heap[0][0]:
+                    heapq.heappush(heap, fresh)
+                    continue
+                key, name, nomination = fresh
             if defer and (key[0] == BORROWING or self._would_preempt(cq, w)):
                 deferred.add(name)
                 self._set_aside.setdefault(name, []).append(w)

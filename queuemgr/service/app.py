@@ -60,8 +60,9 @@ def _seed_cluster(db: Database, config: ServiceConfig) -> list[Node]:
         for f in cluster.flavors.values():
             store_config.upsert_flavor(conn, f, actor=actor)
         store_config.upsert_nodes(conn, list(cluster.nodes.values()), actor=actor)
-        for c in cluster.cohorts.values():  # fair sharing and ordering, as `apply` writes them
-            upsert_cohort(conn, c, actor=actor)
+        # Fair sharing, ordering and the tree, as `apply` writes them: parents first.
+        for name in cluster.quota_topology.tree.top_down():
+            upsert_cohort(conn, cluster.cohorts[name], actor=actor)
         store_config.upsert_cluster_queues(conn, list(cluster.cluster_queues.values()), actor=actor)
         store_config.upsert_local_queues(conn, list(cluster.local_queues.values()), actor=actor)
     return list(cluster.nodes.values())

@@ -255,3 +255,31 @@ def test_path_shares_compare_at_the_common_ancestor() -> None:
     assert len(path) == 2 and path[0][1] == 0 and path[1][1] > 0
     ledger.add(*_cq_flavor("team-b"), {GPU: 4})  # research now takes 4 from prod
     assert ledger.path_share(_q("team-a"))[0][1] > 0
+
+
+def test_a_borrower_s_stale_key_is_refreshed_after_a_cousin_s_admission() -> None:
+    # product (under org, which holds 12 GPUs) has groups search and ads, one team each.
+    # search-a holds 5, ads-a 3; 4 GPUs are free. Each admission raises product's share,
+    # which the other group's key in the heap still holds at its old value: taken
+    # unrefreshed, it would win at product's level although the cousin is behind at the
+    # groups' level. The fair split of the 4: ads-a 3 (to 6), search-a 1 (to 6).
+    world = World().node(make_nodes("n", 2, gpu=8))
+    world.cohort(
+        make_cohort("org", nominal={"gpu": 12}),
+        make_cohort("product", "org"),
+        make_cohort("search", "product"),
+        make_cohort("ads", "product"),
+    )
+    world.cq(
+        make_cq("search-a").cohort("search").nominal(gpu=0),
+        make_cq("ads-a").cohort("ads").nominal(gpu=0),
+    )
+    for i in range(5):
+        run = wl(f"s{i}").ns("search-a").gpus(1).build()
+        world.running(make_admitted(run, "search-a", "default", {"n-0": 1}))
+    for i in range(3):
+        run = wl(f"a{i}").ns("ads-a").gpus(1).build()
+        world.running(make_admitted(run, "ads-a", "default", {"n-1": 1}))
+    jobs(world, "search-a", 4, at=1.0)
+    jobs(world, "ads-a", 4, at=1.0)
+    assert world.run(now=2.0).gpus_by_cq() == {"ads-a": 3, "search-a": 1}
