@@ -36,7 +36,7 @@ from queuemgr.core.model import (
     NoLoan,
     Workload,
 )
-from queuemgr.core.quota_topology import NO_SHARE, Key, QuotaTopology, Share
+from queuemgr.core.quota_topology import NO_SHARE, Key, Level, QuotaTopology, Share
 from queuemgr.core.quota_watch import QuotaWatch
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
 
@@ -128,6 +128,13 @@ class QuotaLedger:
         self.topology = topology
         self._base = usage
         self.version = 0  # counts additions, so callers can tell whether a check still holds
+        # Answers that hold until the next addition, shared by every queue that asks:
+        # what a cohort offers below it (per (cohort, flavor, resource)), and a cohort's
+        # share with a given addition (path_share). In a tree, the queues of one group
+        # ask the same of their common cohorts hundreds of times between additions.
+        self._memo_version = 0
+        self._offered: dict[tuple[CohortName, Key], tuple[int, CohortName, bool]] = {}
+        self._cohort_shares: dict[tuple[object, ...], Share] = {}
         self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         # Per cohort: what its members hold beyond their guarantees (what it lends them).
         self._pool_used: dict[CohortName, dict[Key, int]] = {}
@@ -234,7 +241,7 @@ class QuotaLedger:
                 )
                 binding, at_limit = level.name, False
             else:
-                offered, binding, at_limit = topo.available(chain, (flavor, r), self._pool_used)
+                offered, binding, at_limit = self._available(chain, (flavor, r))
             # The most q may hold now: its cap, and what its cohorts leave it.
             pool_cap = g + offered + max(0, cur - g)
             limit = min(lim.cap[r], pool_cap)
@@ -294,6 +301,21 @@ class QuotaLedger:
                     self._lift(cohort, key, delta)
                 else:
                     used[key] = used.get(key, 0) + delta
+
+    def _fresh(self) -> None:
+        if self._memo_version != self.version:
+            self._memo_version = self.version
+            self._offered.clear()
+            self._cohort_shares.clear()
+
+    def _available(self, chain: tuple[Level, ...], key: Key) -> tuple[int, CohortName, bool]:
+        """``QuotaTopology.available`` on this ledger, memoised until the next addition."""
+        self._fresh()
+        memo_key = (chain[0].name, key)
+        hit = self._offered.get(memo_key)
+        if hit is None:
+            hit = self._offered[memo_key] = self.topology.available(chain, key, self._pool_used)
+        return hit
 
     def _lift(self, cohort: CohortName, key: Key, delta: int) -> None:
         """Add ``delta`` to ``cohort``'s pool use, and what changes beyond its guarantee
@@ -401,21 +423,39 @@ class QuotaLedger:
                         nxt[r] = lifted
                 step = nxt
         out: list[Share] = []
+        self._fresh()
+        on = extra[0] if extra is not None else None
         for name in below:
-            level = topo.levels[name]
-            used = self._pool_used.get(name, _EMPTY)
             extra_here = deltas.get(name)
-            borrowed: dict[ResourceName, int] = {}
-            keys = set(used)
-            if extra_here is not None:
-                keys.update((extra[0], r) for r in extra_here)  # type: ignore[index]
-            for key in sorted(keys):
-                v = used.get(key, 0)
-                if extra_here is not None and key[0] == extra[0]:  # type: ignore[index]
-                    v += extra_here.get(key[1], 0)
-                over = v - level.subtree.get(key, 0)
-                if over > 0:
-                    borrowed[key[1]] = borrowed.get(key[1], 0) + over
-            out.append(topo.node_share(name, root, borrowed, cohort=True) if borrowed else NO_SHARE)
+            memo_key: tuple[object, ...] = (name, on, *(extra_here or {}).items())
+            hit = self._cohort_shares.get(memo_key)
+            if hit is None:
+                added = None if extra_here is None or on is None else (on, extra_here)
+                hit = self._cohort_shares[memo_key] = self._cohort_share(name, root, added)
+            out.append(hit)
         out.append(self.share(cq, extra))
         return tuple(out)
+
+    def _cohort_share(
+        self, name: CohortName, root: CohortName, extra: tuple[FlavorName, Resources] | None
+    ) -> Share:
+        """Cohort ``name``'s share, with ``extra`` more pool use on one flavor."""
+        level = self.topology.levels[name]
+        used = self._pool_used.get(name, _EMPTY)
+        borrowed: dict[ResourceName, int] = {}
+        for key, v in used.items():
+            if extra is not None and key[0] == extra[0]:
+                v += extra[1].get(key[1], 0)
+            over = v - level.subtree.get(key, 0)
+            if over > 0:
+                borrowed[key[1]] = borrowed.get(key[1], 0) + over
+        if extra is not None:
+            flavor, more = extra
+            for r, v in more.items():
+                if (flavor, r) not in used:
+                    over = v - level.subtree.get((flavor, r), 0)
+                    if over > 0:
+                        borrowed[r] = borrowed.get(r, 0) + over
+        if not borrowed:
+            return NO_SHARE
+        return self.topology.node_share(name, root, dict(sorted(borrowed.items())), cohort=True)

@@ -14,8 +14,9 @@ resource r (Kueue's hierarchical cohorts):
   what n keeps for itself and never lends to its parent;
 - with one level of cohorts and no cohort quota, ``subtree(cohort)`` is the flat
   model's pool, so every answer is the flat model's;
-- a fair share divides by the root's subtree quota per resource (summed over
-  flavors) at every level, so shares of different levels are in the same units.
+- a fair share divides by what its tree can lend per resource (summed over flavors:
+  the root's subtree quota plus what cohorts below keep from their parents) at every
+  level, so shares of different levels are in the same units.
 """
 
 from __future__ import annotations
@@ -126,12 +127,19 @@ class QuotaTopology:
         self.pool: dict[CohortName, Mapping[Key, int]] = {
             n: lv.subtree for n, lv in self.levels.items()
         }
+        # What a tree can lend, per resource, summed over flavors: the fair shares'
+        # denominator at every level. Its root's pool, and what each cohort below keeps
+        # from its parent (a lending limit) but lends among its own subtree: without
+        # that part, a tree whose loans all come from such a cohort would have nothing
+        # to divide by, every share would be 0, and fair sharing would take back and
+        # forth. With one level of cohorts it is the flat model's pool.
         self.lendable: dict[CohortName, dict[ResourceName, int]] = {}
         for name, level in self.levels.items():
-            if level.parent is None:
-                lendable = self.lendable[name] = {}
-                for (_f, r), v in level.subtree.items():
-                    lendable[r] = lendable.get(r, 0) + v
+            root = self.tree.root(name)
+            lendable = self.lendable.setdefault(root, {})
+            counted = level.subtree if level.parent is None else level.guaranteed
+            for (_f, r), v in counted.items():
+                lendable[r] = lendable.get(r, 0) + v
         # Each queue's cohorts, from its own up to the root, and the tree it lends in.
         self.chain: dict[ClusterQueueName, tuple[Level, ...]] = {}
         self.root_of: dict[ClusterQueueName, CohortName | None] = {}
@@ -148,6 +156,23 @@ class QuotaTopology:
             self.root_of[qn] = names[-1]
             self.below_root[qn] = tuple(reversed(names[:-1]))
             self.members.setdefault(names[-1], []).append(qn)
+        # Per root: the queues and cohorts that keep a guarantee (a lending limit) on some
+        # flavor and resource. Only at those does a change of usage not pass upward as it
+        # is, so a QuotaWatch follows only them (and its own chain).
+        self.guarded_queues: dict[CohortName, list[ClusterQueueName]] = {}
+        self.guarded_cohorts: dict[CohortName, list[CohortName]] = {}
+        for root, members in self.members.items():
+            self.guarded_queues[root] = [
+                qn
+                for qn in members
+                if any(
+                    v for _f, lim in self.flavor_limits.get(qn, ()) for v in lim.guaranteed.values()
+                )
+            ]
+        for name, level in self.levels.items():
+            if any(level.guaranteed.values()):
+                root = self.tree.root(name)
+                self.guarded_cohorts.setdefault(root, []).append(name)
         # A cohort under a fair-sharing one is fair too; its scope is the highest such.
         self.fair_scope: dict[CohortName, CohortName] = {}
         for name, names in self.tree.chain.items():

@@ -9,8 +9,9 @@ the usage of every queue of its cohort tree), which this keeps as a few integers
 
 What must stay true: given the same changes, ``fits`` equals
 ``QuotaLedger.check_for(cq, flavor, w).fits`` on the ledger it was made from
-(tests/unit/core/test_quota_reference.py); the ledger is read once, when the
-watch is made, and never changed.
+(tests/unit/core/test_quota_reference.py), as long as no usage goes below zero
+(a release gives back only what was held); the ledger is read once, when the watch
+is made, and never changed.
 """
 
 from __future__ import annotations
@@ -29,16 +30,23 @@ _EMPTY_VEC: Resources = {}
 
 
 class QuotaWatch:
-    """``QuotaLedger.check_for(...).fits`` for one (queue, flavor, workload), kept current."""
+    """``QuotaLedger.check_for(...).fits`` for one (queue, flavor, workload), kept current.
+
+    It keeps the usage of its own queue and the pool use of its own cohorts, which
+    ``fits`` reads, and of the queues and cohorts of its tree that keep a guarantee (a
+    lending limit): a change anywhere else passes up the changed queue's chain as it is
+    (what goes beyond a zero guarantee is all of it), so those need no state at all.
+    Making a watch costs its chain, not the size of its tree.
+    """
 
     __slots__ = (
         "_chain",
-        "_cohort_of",
         "_flavor",
         "_guaranteed",
         "_limits",
         "_name",
         "_pool_used",
+        "_root",
         "_topology",
         "_usage",
     )
@@ -49,6 +57,7 @@ class QuotaWatch:
         self._flavor = flavor
         lim = topo.limits.get((cq.name, flavor))
         self._chain = chain = topo.chain.get(cq.name)
+        self._root = root = topo.root_of.get(cq.name)
         no_borrowing = not cq.may_borrow(w)
         # Per requested resource: (resource, request, the most the queue may then hold by
         # its own limits, guaranteed); None when it never fits (NOT_COVERED).
@@ -66,23 +75,25 @@ class QuotaWatch:
                 ceiling = min(nominal, lim.cap[r]) if no_borrowing else lim.cap[r]
                 self._limits.append((r, req, ceiling, lim.guaranteed[r]))
         tracked = [r for r, *_ in self._limits or ()]
-        # Usage of the tracked resources on the flavor, of the queue and of every queue of
-        # its cohort tree (whose usage moves the pools' use), with each one's guarantee.
-        root = topo.root_of.get(cq.name)
-        peers = topo.members.get(root, [cq.name]) if root is not None else [cq.name]
+        # Usage of the tracked resources on the flavor: the queue's own, and that of the
+        # queues of its tree that keep a guarantee, with each one's guarantee.
+        peers = [cq.name]
+        if root is not None:
+            peers += [n for n in topo.guarded_queues.get(root, ()) if n != cq.name]
         self._usage: dict[ClusterQueueName, dict[ResourceName, int]] = {}
         self._guaranteed: dict[ClusterQueueName, Resources] = {}
-        self._cohort_of: dict[ClusterQueueName, CohortName | None] = {}
         for name in peers:
             used = ledger.usage(name, flavor)
             self._usage[name] = {r: used.get(r, 0) for r in tracked}
             peer = topo.limits.get((name, flavor))
             self._guaranteed[name] = peer.guaranteed if peer is not None else _EMPTY_VEC
-            self._cohort_of[name] = topo.cohort_of.get(name)
-        # Each cohort of the tree: its pool use of the tracked resources on the flavor.
+        # Pool use of the tracked resources on the flavor: the queue's own cohorts, and
+        # the cohorts of its tree that keep a guarantee.
         self._pool_used: dict[CohortName, dict[Key, int]] = {}
-        if root is not None:
-            for cohort in topo.tree.subtree(root):
+        if root is not None and chain is not None:
+            cohorts = {level.name for level in chain}
+            cohorts.update(topo.guarded_cohorts.get(root, ()))
+            for cohort in cohorts:
                 pool_used = ledger.cohort_usage(cohort)
                 self._pool_used[cohort] = {
                     (flavor, r): pool_used.get((flavor, r), 0) for r in tracked
@@ -92,31 +103,35 @@ class QuotaWatch:
         """``cq`` now holds (sign 1) or has given back (sign -1) ``held`` on ``flavor``."""
         if flavor != self._flavor:
             return
+        topo = self._topology
         usage = self._usage.get(cq)
-        if usage is None:
-            return  # neither the queue nor a peer of its tree: its quota is apart
-        cohort = self._cohort_of[cq]
-        g_of = self._guaranteed[cq]
-        for r, cur in usage.items():
-            v = held.get(r, 0)
+        if usage is None and (self._root is None or topo.root_of.get(cq) != self._root):
+            return  # neither the queue nor one of its tree: its quota is apart
+        cohort = topo.cohort_of.get(cq)
+        for r in self._limits or ():
+            res = r[0]
+            v = held.get(res, 0)
             if not v:
                 continue
-            new = usage[r] = cur + sign * v
-            if cohort is None:
-                continue
-            # A pool holds what goes beyond the guarantee: max(0, usage - guaranteed),
-            # and each cohort passes what goes beyond its own guarantee up to its parent.
-            g = g_of.get(r, 0)
-            delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
-            key = (flavor, r)
+            if usage is not None:
+                cur = usage[res]
+                new = usage[res] = cur + sign * v
+                # A pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
+                g = self._guaranteed[cq].get(res, 0)
+                delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+            else:
+                delta = sign * v  # a zero guarantee: all of it goes to the pool
+            key = (flavor, res)
             name: CohortName | None = cohort
+            # Each cohort passes what goes beyond its own guarantee up to its parent.
             while delta and name is not None:
-                pool = self._pool_used[name]
-                before = pool[key]
-                after = pool[key] = before + delta
-                level = self._topology.levels[name]
-                g = level.guaranteed.get(key, 0)
-                delta = (after - g if after > g else 0) - (before - g if before > g else 0)
+                level = topo.levels[name]
+                pool = self._pool_used.get(name)
+                if pool is not None:
+                    before = pool[key]
+                    after = pool[key] = before + delta
+                    g = level.guaranteed.get(key, 0)
+                    delta = (after - g if after > g else 0) - (before - g if before > g else 0)
                 name = level.parent
 
     @property

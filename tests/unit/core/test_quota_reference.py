@@ -50,7 +50,8 @@ def worlds(
             if draw(st.booleans()):
                 b.lending_limit(gpu=draw(st.integers(0, 8)))
         queues[name] = b.build()
-    # (queue, flavor, gpus, millicores): each added in turn; negative gives back.
+    # (queue, flavor, gpus, millicores): each added in turn; negative gives back (at most
+    # what is held).
     adds = draw(
         st.lists(
             st.tuples(
@@ -118,7 +119,9 @@ def test_ledger_matches_definitions(
     watches = []
     for n, (i, f, gpus, millicores) in enumerate(adds):
         cq, flavor = NAMES[i], FLAVORS[f]
-        request = {GPU: gpus, CPU: millicores}
+        # A negative amount gives back, never more than is held: usage is never negative.
+        held = usage.get(cq, {}).get(flavor, {})
+        request = {GPU: max(gpus, -held.get(GPU, 0)), CPU: max(millicores, -held.get(CPU, 0))}
         if n == len(adds) // 2:  # watch from here on, through the other half
             watches = [
                 (queues[name], fl, w, ledger.watch(queues[name], fl, w))
