@@ -64,6 +64,7 @@ class CohortTree:
                 chain.append(up)
                 up = parents[up]
             self.chain[name] = tuple(chain)
+        self._paths = {name: "/".join(reversed(chain)) for name, chain in self.chain.items()}
         self.children: dict[CohortName, list[CohortName]] = {}
         for name in sorted(parents):
             up = parents[name]
@@ -78,8 +79,8 @@ class CohortTree:
         return len(self.chain[cohort]) - 1
 
     def path(self, cohort: CohortName) -> str:
-        """ "root/…/cohort": the name a metric label or a reason gives it."""
-        return "/".join(reversed(self.chain[cohort]))
+        """The name a metric label or a reason gives it: "root/…/cohort"."""
+        return self._paths[cohort]
 
     @property
     def flat(self) -> bool:

@@ -202,11 +202,12 @@ class Cycle(Admitter):
                 key[0] == BORROWING
                 and nomination.version != self.ledger.version
                 and name in self._deep
+                and self._key_moved(name, nomination.version)
             ):
                 # In a tree, a borrower's key holds its cohorts' shares, which others'
                 # admissions since raised: the key is a lower bound. Its fresh key goes
                 # first only if no other lower bound is below it, else back in the heap.
-                fresh = self.nominator.nominate(cq, w)
+                fresh = self.nominator.rekey(cq, w, key, nomination)
                 if heap and fresh[0] > heap[0][0]:
                     heapq.heappush(heap, fresh)
                     continue
@@ -281,6 +282,12 @@ class Cycle(Admitter):
         rule = cq.preemption.within_cluster_queue
         heads = self._set_aside.get(cq.name)
         return bool(heads) and any(preempts_within(rule, w, head) for head in heads or ())
+
+    def _key_moved(self, name: ClusterQueueName, version: int) -> bool:
+        """Whether one of ``name``'s cohorts below the root changed since ``version``."""
+        touched = self.ledger.touched
+        below = self.snapshot.config.quota_topology.below_root[name]
+        return any(touched.get(c, -1) > version for c in below)
 
     def _tree_of(self, cq: ClusterQueue) -> CohortName | None:
         """The root of ``cq``'s cohort tree: a loan may come from anywhere in it."""

@@ -159,6 +159,7 @@ class Etas:
         self._memo = memo
         self._unknown = line.unknown
         self._pool_runs: dict[_Pool, tuple[list[AdmittedWorkload], int]] | None = None
+        self._checked: set[_Pool] = set()  # pools whose carried answers were checked
 
     def start(self, cq: ClusterQueue, w: Workload) -> float | None:
         """When ``w``'s shape first fits ``cq``'s quota and the nodes, None if never known."""
@@ -191,8 +192,13 @@ class Etas:
         cohort = self._snapshot.config.quota_topology.root_of.get(cq.name)
         pool = (cohort, None if cohort is not None else cq.name, flavor)
         answers = self._memo.pools.get(pool)
-        if answers is None or not answers.holds_for(self._runs_of(pool)):
-            answers = self._memo.pools[pool] = _PoolAnswers(self._runs_of(pool))
+        # The runs of a pool are fixed for this object's cycle: checked once, not per pair
+        # (a pool of a whole tree holds thousands of runs).
+        if pool not in self._checked:
+            if answers is None or not answers.holds_for(self._runs_of(pool)):
+                answers = self._memo.pools[pool] = _PoolAnswers(self._runs_of(pool))
+            self._checked.add(pool)
+        assert answers is not None
         if key in answers.quota:
             return answers.quota[key]
         k = self._quota_first(cq, w, flavor, pool)

@@ -130,6 +130,29 @@ class Nominator:
             self._memo[memo_key] = (self.ledger.version, NO_QUOTA, NO_SHARE, nomination)
         return ((NO_QUOTA, NO_SHARE, -w.priority, w.created_at, w.id), cq.name, nomination)
 
+    def rekey(
+        self, cq: ClusterQueue, w: Workload, key: HeapKey, nomination: Nomination
+    ) -> HeapEntry:
+        """``w``'s entry with its share brought up to date, its nomination kept.
+
+        In a cohort tree a borrower's share holds its cohorts' shares, which others'
+        admissions raise; the quota checks behind the nomination are made again when it
+        is tried (``Admitter.try_admit``), as for any nomination older than the ledger.
+        """
+        if (
+            w.partial_pod_set is not None
+            or cq.name in self.usage_across
+            or nomination.flavor is None
+        ):
+            return self.nominate(cq, w)
+        share = tuple(
+            math.inf if infinite else float(exact)
+            for infinite, exact in self.ledger.path_share(
+                cq.name, (nomination.flavor, w.total_requests)
+            )
+        )
+        return ((key[0], share, key[2], key[3], key[4]), cq.name, nomination)
+
     def usage_share(self, cq: ClusterQueue, w: Workload) -> float:
         """Decayed usage of w's LocalQueue per its ClusterQueue's weight."""
         used = self.snapshot.queue_usage.get((w.namespace, w.queue), 0.0)

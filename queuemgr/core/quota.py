@@ -115,6 +115,7 @@ _FITS = QuotaCheck(verdict=QuotaVerdict.FITS)
 _FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
 _EMPTY: Mapping[Key, int] = {}
 _EMPTY_VEC: Resources = {}
+_SHARES_MEMO = 1 << 16  # entries of a ledger's cohort-share memo before it starts over
 
 
 class QuotaLedger:
@@ -133,8 +134,15 @@ class QuotaLedger:
         # share with a given addition (path_share). In a tree, the queues of one group
         # ask the same of their common cohorts hundreds of times between additions.
         self._memo_version = 0
+        # The version at which each cohort's pool use last changed: a queue's order key
+        # holds the shares of its cohorts, stale only once one of them changed.
+        self.touched: dict[CohortName, int] = {}
+        # The same for a queue's own usage, and its shares asked since (share()).
+        self._queue_touched: dict[ClusterQueueName, int] = {}
+        self._shares: dict[tuple[object, ...], tuple[int, Share]] = {}
         self._offered: dict[tuple[CohortName, Key], tuple[int, CohortName, bool]] = {}
-        self._cohort_shares: dict[tuple[object, ...], Share] = {}
+        # (cohort, flavor, addition) -> (the cohort's touched version, its share then).
+        self._cohort_shares: dict[tuple[object, ...], tuple[int, Share]] = {}
         self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         # Per cohort: what its members hold beyond their guarantees (what it lends them).
         self._pool_used: dict[CohortName, dict[Key, int]] = {}
@@ -268,6 +276,7 @@ class QuotaLedger:
 
     def add(self, cq: ClusterQueueName, flavor: FlavorName, request: Resources) -> None:
         self.version += 1
+        self._queue_touched[cq] = self.version
         per_flavor = self._own.get(cq)
         if per_flavor is None:
             per_flavor = self._own[cq] = {}
@@ -284,6 +293,8 @@ class QuotaLedger:
                 return
             pooled = (cohort, _EMPTY_VEC)  # a flavor the queue has no quota on
         cohort, guaranteed = pooled
+        for level in topo.chain.get(cq, ()):
+            self.touched[level.name] = self.version
         used = self._pool_used.get(cohort)
         if used is None:
             used = self._pool_used[cohort] = {}
@@ -306,7 +317,6 @@ class QuotaLedger:
         if self._memo_version != self.version:
             self._memo_version = self.version
             self._offered.clear()
-            self._cohort_shares.clear()
 
     def _available(self, chain: tuple[Level, ...], key: Key) -> tuple[int, CohortName, bool]:
         """``QuotaTopology.available`` on this ledger, memoised until the next addition."""
@@ -375,12 +385,20 @@ class QuotaLedger:
         root = topo.root_of.get(cq)
         if root is None:
             return NO_SHARE
+        # It moves only with the queue's own usage: memoised until that changes.
+        stamp = self._queue_touched.get(cq, -1)
+        key: tuple[object, ...] = (cq,) if extra is None else (cq, extra[0], *extra[1].items())
+        hit = self._shares.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        if len(self._shares) >= _SHARES_MEMO:
+            self._shares.clear()
         # What is borrowed per resource decides the share (with the queue's static
         # weight and its root's lendable totals): one integer pass, then the memo.
         borrowed = self._borrowed(cq, extra)
-        if not borrowed:
-            return NO_SHARE
-        return topo.share_of(cq, root, borrowed)
+        share = topo.share_of(cq, root, borrowed) if borrowed else NO_SHARE
+        self._shares[key] = (stamp, share)
+        return share
 
     def path_share(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
@@ -395,8 +413,11 @@ class QuotaLedger:
         root = topo.root_of[cq]
         assert root is not None
         # What ``extra`` adds to each cohort's pool use on its flavor, lifted up the chain.
-        deltas: dict[CohortName, dict[ResourceName, int]] = {}
-        if extra is not None:
+        deltas: dict[CohortName, Mapping[ResourceName, int]] = {}
+        if extra is not None and cq in topo.unguarded:
+            # No guarantee on the way up: the addition reaches every cohort as it is.
+            deltas = dict.fromkeys(below, extra[1])
+        elif extra is not None:
             flavor, more = extra
             lim = topo.limits.get((cq, flavor))
             vec = self.usage(cq, flavor)
@@ -423,16 +444,20 @@ class QuotaLedger:
                         nxt[r] = lifted
                 step = nxt
         out: list[Share] = []
-        self._fresh()
         on = extra[0] if extra is not None else None
+        memo = self._cohort_shares
+        if len(memo) >= _SHARES_MEMO:
+            memo.clear()  # bounded: cohorts times the additions asked about
         for name in below:
             extra_here = deltas.get(name)
             memo_key: tuple[object, ...] = (name, on, *(extra_here or {}).items())
-            hit = self._cohort_shares.get(memo_key)
-            if hit is None:
+            # A cohort's share moves only when its own pool use does (``touched``).
+            stamp = self.touched.get(name, -1)
+            hit = memo.get(memo_key)
+            if hit is None or hit[0] != stamp:
                 added = None if extra_here is None or on is None else (on, extra_here)
-                hit = self._cohort_shares[memo_key] = self._cohort_share(name, root, added)
-            out.append(hit)
+                hit = memo[memo_key] = (stamp, self._cohort_share(name, root, added))
+            out.append(hit[1])
         out.append(self.share(cq, extra))
         return tuple(out)
 

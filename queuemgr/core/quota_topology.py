@@ -173,6 +173,14 @@ class QuotaTopology:
             if any(level.guaranteed.values()):
                 root = self.tree.root(name)
                 self.guarded_cohorts.setdefault(root, []).append(name)
+        # Queues in a tree with no guarantee on the way up, theirs or a cohort's: what
+        # they add reaches every cohort above them as it is (QuotaLedger.path_share).
+        self.unguarded: frozenset[ClusterQueueName] = frozenset(
+            qn
+            for qn, chain in self.chain.items()
+            if not any(any(lim.guaranteed.values()) for _f, lim in self.flavor_limits.get(qn, ()))
+            and not any(any(level.guaranteed.values()) for level in chain)
+        )
         # A cohort under a fair-sharing one is fair too; its scope is the highest such.
         self.fair_scope: dict[CohortName, CohortName] = {}
         for name, names in self.tree.chain.items():
