@@ -22,7 +22,7 @@ import yaml
 
 from queuemgr.cli.apply import load_queues_file
 from queuemgr.controller.webhook_section import WebhookConfig, load_webhook_config
-from queuemgr.core.model import Node, NodeName
+from queuemgr.core.model import CohortName, FlavorName, Node, NodeName
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.certs import service_dns_names
 from queuemgr.k8s.jobs import KINDS, QUEUE_LABEL, job_for
@@ -36,6 +36,7 @@ from tests.controlplane import build
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 EXAMPLES = MANIFESTS / "examples"
+APPLY_FILES = ("queues.yaml", "org-tree.yaml")
 SERVE = MANIFESTS / "base" / "serve.yaml"
 NAMESPACE = "queuemgr-system"
 SERVICE_ACCOUNT = "queuemgr"
@@ -118,7 +119,7 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 def examples() -> Iterator[tuple[Path, dict[str, Any]]]:
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        if path.name == "queues.yaml":
+        if path.name in APPLY_FILES:
             continue  # a queuemgr apply file, not Kubernetes objects
         for obj in load_all(path):
             yield path, obj
@@ -421,3 +422,16 @@ def test_the_cert_manager_variant(tmp_path: Path) -> None:
         patched = one(objects, kind)
         assert patched["metadata"].pop("annotations") == {"cert-manager.io/inject-ca-from": inject}
         assert patched == one(base, kind)
+
+
+def test_the_org_tree_example_is_a_three_level_tree_of_eight_teams() -> None:
+    config = load_queues_file(EXAMPLES / "org-tree.yaml")
+    tree = config.quota_topology.tree
+    assert len(config.cluster_queues) == 8
+    paths = {q.name: tree.path(q.cohort) for q in config.cluster_queues.values() if q.cohort}
+    assert paths["ads-b"] == "org/product/ads" and paths["vision-a"] == "org/research/vision"
+    assert max(tree.depth(c) for c in config.cohorts) == 2  # three levels of cohorts
+    # product keeps 8 of its 32 home: the root's pool is org's 24, research's 32, product's 24.
+    topo = config.quota_topology
+    gpu = ResourceName("nvidia.com/gpu")
+    assert topo.pool[CohortName("org")][(FlavorName("h100"), gpu)] == 24 + 32 + 24
