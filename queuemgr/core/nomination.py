@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from queuemgr.core.model import ClusterQueue, ClusterQueueName, FlavorName, Workload
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName, Workload
 from queuemgr.core.partial import smallest
 from queuemgr.core.policy import Ordering
 from queuemgr.core.queues import Rank
@@ -69,6 +69,8 @@ class Nominator:
         self._memo: dict[tuple[object, ...], tuple[int, int, tuple[float, ...], Nomination]] = {}
         # (namespace, LocalQueue) -> its usage share, for usage_rank.
         self._lq_share: dict[tuple[str, str], float] = {}
+        # Cohort -> decayed usage of every LocalQueue under it (usage_path), made on demand.
+        self._cohort_usage: dict[CohortName, float] | None = None
         # Ordering by usage: within these queues, and among these queues' borrowers.
         self.usage_within: set[ClusterQueueName] = set()
         self.usage_across: set[ClusterQueueName] = set()
@@ -106,7 +108,7 @@ class Nominator:
                 if check.borrowing:
                     cls = BORROWING
                     if cq.name in self.usage_across:
-                        share = (self.usage_share(cq, w),)
+                        share = self.usage_path(cq, w)
                     else:
                         share = tuple(
                             math.inf if infinite else float(exact)
@@ -152,6 +154,37 @@ class Nominator:
             )
         )
         return ((key[0], share, key[2], key[3], key[4]), cq.name, nomination)
+
+    def usage_path(self, cq: ClusterQueue, w: Workload) -> tuple[float, ...]:
+        """Decayed usage at every level, top down: of each of the queue's cohorts below
+        the root (all the LocalQueues under it) per the cohort's weight, then of the
+        workload's LocalQueue per its ClusterQueue's weight. Kueue's admission fair
+        sharing stops at the LocalQueue; here a division that used more yields first."""
+        below = self.snapshot.config.quota_topology.below_root.get(cq.name, ())
+        if not below:
+            return (self.usage_share(cq, w),)
+        if self._cohort_usage is None:
+            self._cohort_usage = self._cohort_usages()
+        weights = self.snapshot.config.quota_topology.cohort_weight
+        parts = []
+        for c in below:
+            used, weight = self._cohort_usage.get(c, 0.0), weights[c]
+            parts.append((math.inf if used > 0 else 0.0) if weight == 0 else used / float(weight))
+        return (*parts, self.usage_share(cq, w))
+
+    def _cohort_usages(self) -> dict[CohortName, float]:
+        """Decayed usage summed over every LocalQueue under each cohort: once a cycle."""
+        config = self.snapshot.config
+        chains = config.quota_topology.tree.chain
+        out: dict[CohortName, float] = {}
+        for (ns, name), used in self.snapshot.queue_usage.items():
+            lq = config.local_queues.get((ns, name))
+            cq = config.cluster_queues.get(lq.cluster_queue) if lq is not None else None
+            if cq is None or cq.cohort is None:
+                continue
+            for c in chains[cq.cohort]:
+                out[c] = out.get(c, 0.0) + used
+        return out
 
     def usage_share(self, cq: ClusterQueue, w: Workload) -> float:
         """Decayed usage of w's LocalQueue per its ClusterQueue's weight."""

@@ -96,11 +96,15 @@ class Config:
 
     @cached_property
     def orderings(self) -> dict[ClusterQueueName, tuple[Ordering | None, Ordering | None]]:
-        """(own, cohort's) ordering of each ClusterQueue that has either set."""
+        """(own, cohort's) ordering of each ClusterQueue that has either set; the cohort's
+        is that of the nearest cohort above it that sets one."""
         out: dict[ClusterQueueName, tuple[Ordering | None, Ordering | None]] = {}
+        chains = self.quota_topology.tree.chain
         for name, cq in self.cluster_queues.items():
-            cohort = self.cohorts.get(cq.cohort) if cq.cohort is not None else None
-            pair = (cq.ordering, cohort.ordering if cohort is not None else None)
+            # A cohort's ordering holds in its subtree, unless a cohort below sets its own.
+            above = chains.get(cq.cohort, ()) if cq.cohort is not None else ()
+            inherited = next((o for c in above if (o := self.cohorts[c].ordering)), None)
+            pair = (cq.ordering, inherited)
             if pair != (None, None):
                 out[name] = pair
         return out

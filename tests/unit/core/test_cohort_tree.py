@@ -10,12 +10,14 @@ The org tree used throughout (GPUs, nominal per ClusterQueue):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
 
 from queuemgr.core.cohort_tree import CohortTree, CohortTreeError, tree_error
-from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, FlavorName
+from queuemgr.core.cycle import schedule
+from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, FlavorName, Ordering
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.reasons import PreemptionReason
@@ -283,3 +285,37 @@ def test_a_borrower_s_stale_key_is_refreshed_after_a_cousin_s_admission() -> Non
     jobs(world, "search-a", 4, at=1.0)
     jobs(world, "ads-a", 4, at=1.0)
     assert world.run(now=2.0).gpus_by_cq() == {"ads-a": 3, "search-a": 1}
+
+
+@pytest.mark.parametrize(
+    ("ordering_on", "first"),
+    [
+        pytest.param("org", "c", id="usage-at-every-level"),
+        pytest.param(None, "b", id="fifo-by-default"),
+    ],
+)
+def test_usage_ordering_compares_the_subtrees_history_first(
+    ordering_on: str | None, first: str
+) -> None:
+    # One GPU is free (org's own). research's LocalQueues used 100 + 0, product's 30 + 40:
+    # by usage, product (70) goes before research (100), then its lightest team, c;
+    # Kueue's per-LocalQueue order would have picked b (0). Without the usage ordering,
+    # the earliest workload goes first.
+    world = World().node(make_nodes("n", 1))
+    world.cohort(
+        dataclasses.replace(
+            make_cohort("org", nominal={"gpu": 1}),
+            ordering=Ordering.USAGE if ordering_on == "org" else None,
+        ),
+        make_cohort("research", "org"),
+        make_cohort("product", "org"),
+    )
+    for name, parent in (("a", "research"), ("b", "research"), ("c", "product"), ("d", "product")):
+        world.cq(make_cq(name).cohort(parent).nominal(gpu=0))
+    for i, name in enumerate(("b", "a", "d", "c")):
+        world.submit(wl(f"{name}-job").ns(name).gpus(1).at(float(i)))
+    usage = {("a", "default"): 100.0, ("b", "default"): 0.0}
+    usage |= {("c", "default"): 30.0, ("d", "default"): 40.0}
+    snap = dataclasses.replace(world.snapshot(), queue_usage=usage)
+    decided = schedule(snap, 10.0)
+    assert [a.admission.cluster_queue for a in decided.admitted] == [first]
