@@ -43,7 +43,7 @@ from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
-from queuemgr.store.status_board import ahead, running_beside, standing
+from queuemgr.store.status_board import ahead, cohort_path, running_beside, standing
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 
@@ -155,6 +155,8 @@ def _base_doc(wid: WorkloadId, workload: dict[str, Any], now: float) -> dict[str
         "workload": wid,
         "state": workload["state"],
         "cluster_queue": workload["cluster_queue"],
+        # Its ClusterQueue's cohort, as the path from the root of its tree.
+        "cohort": None,
         "reason": workload["reason"],
         "message": workload["message"],
         "position_in_local_queue": None,
@@ -248,9 +250,11 @@ def _from_board(
         cq = entry.cluster_queue
         ahead_of = [] if cq is None else ahead(conn, cq, entry.position_in_queue, limit=AHEAD)
         cohort, running = (None, []) if cq is None else running_beside(conn, cq)
+        path = None if cq is None else cohort_path(conn, cq)
     doc["scheduler"] = _leader(settings)[1]  # the leader decided; its record is shown
     doc.update(
         cluster_queue=cq,
+        cohort=path,
         position_in_local_queue=entry.position_in_local_queue,
         position_in_cluster_queue=entry.position_in_queue,  # 0 when it routes nowhere, as evaluated
         as_of=found.at.isoformat(),
@@ -332,6 +336,9 @@ def _evaluated(
         doc["message"] = _claim_message(doc["claim"])
     _eta(doc, st.eta, st.reason, now)
     if st.cluster_queue is not None:
+        queue = state.config.cluster_queues.get(st.cluster_queue)
+        if queue is not None and queue.cohort is not None:
+            doc["cohort"] = state.config.quota_topology.tree.path(queue.cohort)
         doc["frees_up"] = _frees_up(state, st.cluster_queue, wid, now)
         ahead = _ahead(state, decisions, st.cluster_queue, st.position_in_cluster_queue)
         doc["ahead_count"] = len(ahead)
@@ -377,9 +384,10 @@ def _ahead(
 def _frees_up(state: StoredState, cq: str, wid: WorkloadId, now: float) -> dict[str, Any]:
     """Which admitted workloads of its cohort (or queue) end first, by declared max runtime."""
     config = state.config
-    mine = config.cluster_queues.get(ClusterQueueName(cq))
-    cohort = None if mine is None else mine.cohort
-    members = {c.name for c in config.cluster_queues.values() if cohort and c.cohort == cohort}
+    topo = config.quota_topology
+    # A loan may come from anywhere in its cohort tree: every run of the tree counts.
+    cohort = topo.root_of.get(ClusterQueueName(cq))
+    members = set(topo.members.get(cohort, ())) if cohort is not None else set()
     members = members or {ClusterQueueName(cq)}
     running = [
         (

@@ -22,6 +22,7 @@ def print_why(d: dict[str, Any]) -> None:
         ("Workload", d["workload"]),
         ("State", d["state"]),
         ("Cluster queue", d["cluster_queue"] or "-"),
+        ("Cohort", d.get("cohort") or "-"),
         ("Reason", d["reason"]),
         ("Message", d["message"] or "-"),
     ]

@@ -116,15 +116,29 @@ WHERE s.cluster_queue = :cq AND s.position_in_queue < :position
 ORDER BY s.position_in_queue
 LIMIT :limit
 """)
-# The admitted workloads of a ClusterQueue's cohort (of the queue alone without one),
-# by the index on admitted workloads' ClusterQueue.
-_RUNNING = text(f"""
+# The cohorts of a ClusterQueue's tree: up from its cohort to the root, then every cohort
+# under that root. UNION, not UNION ALL: a cycle (which the store refuses) would end.
+_TREE = """
+WITH RECURSIVE up(name, parent, depth) AS (
+    SELECT c.name, c.parent, 0 FROM cohorts c JOIN cluster_queues q ON q.cohort = c.name
+    WHERE q.name = :cq
+    UNION
+    SELECT c.name, c.parent, up.depth + 1 FROM cohorts c JOIN up ON c.name = up.parent
+    WHERE up.depth < 64
+), down(name) AS (
+    SELECT name FROM up WHERE parent IS NULL
+    UNION
+    SELECT c.name FROM cohorts c JOIN down ON c.parent = down.name
+)"""
+# The admitted workloads of a ClusterQueue's cohort tree (of the queue alone without
+# one), by the index on admitted workloads' ClusterQueue: a loan may come from anywhere
+# in the tree, so any of them may free what it waits for.
+_RUNNING = text(f"""{_TREE}
 SELECT w.namespace, w.name, w.admitted_at, w.max_runtime, {_GPUS} AS gpus
 FROM workloads w
 WHERE w.state = 'Admitted' AND w.cluster_queue IN (
     SELECT :cq UNION
-    SELECT m.name FROM cluster_queues m JOIN cluster_queues c ON c.cohort = m.cohort
-    WHERE c.name = :cq)
+    SELECT m.name FROM cluster_queues m WHERE m.cohort IN (SELECT name FROM down))
 """)
 
 
@@ -194,12 +208,15 @@ def ahead(conn: Connection, cluster_queue: str, position: int, *, limit: int) ->
     ]
 
 
-_COHORT = text("SELECT cohort FROM cluster_queues WHERE name = :cq")
+# The root of its cohort tree (its own cohort when that has no parent), and the path
+# from the root down to its own cohort: "org/research/team".
+_COHORT = text(f"{_TREE} SELECT name FROM up WHERE parent IS NULL")
+_PATH = text(f"{_TREE} SELECT string_agg(name, '/' ORDER BY depth DESC) FROM up")
 
 
 def running_beside(conn: Connection, cluster_queue: str) -> tuple[str | None, list[Running]]:
-    """``cluster_queue``'s cohort, and the admitted workloads of it (of the queue alone
-    without one)."""
+    """The root of ``cluster_queue``'s cohort tree, and the admitted workloads of the
+    tree (of the queue alone without one)."""
     cohort = conn.execute(_COHORT, {"cq": cluster_queue}).scalar()
     return cohort, [
         Running(
@@ -210,3 +227,10 @@ def running_beside(conn: Connection, cluster_queue: str) -> tuple[str | None, li
         )
         for r in conn.execute(_RUNNING, {"cq": cluster_queue})
     ]
+
+
+def cohort_path(conn: Connection, cluster_queue: str) -> str | None:
+    """The path of ``cluster_queue``'s cohort from its root ("org/research/team"), or
+    None for a queue in no cohort."""
+    path = conn.execute(_PATH, {"cq": cluster_queue}).scalar()
+    return None if path is None else str(path)

@@ -122,3 +122,21 @@ def test_apply_writes_parents_first_and_prunes_children_first(
     _ok(cli, "apply", "-f", str(applied), "--prune")
     names = [c["name"] for c in json.loads(_ok(cli, "cohort", "list", "-o", "json"))["cohorts"]]
     assert "team" not in names and "division" not in names
+
+
+def test_why_names_the_cohort_path_and_the_level_that_blocks(cli: Invoke, applied: Path) -> None:
+    # org holds 8 GPUs of its own, but research may borrow nothing from it: team-a
+    # reaches its 16 and team-b's idle 8, and its fourth 8-GPU job waits on research.
+    _ok(cli, "cohort", "create", "org", "--flavor", "h100", "--nominal", "nvidia.com/gpu=8")
+    _ok(
+        cli, "cohort", "edit", "research", "--parent", "org", "--flavor", "h100",
+        "--nominal", "nvidia.com/gpu=0", "--borrowing-limit", "nvidia.com/gpu=0",
+    )  # fmt: skip
+    for i in range(4):
+        _ok(cli, "submit", "-q", "default", "-n", "team-a", "--gpus", "8", "--name", f"w{i}")
+    doc = json.loads(_ok(cli, "why", "w3", "-n", "team-a", "-o", "json"))
+    assert doc["cohort"] == "org/research"
+    assert doc["reason"] == "CohortExhausted", doc
+    assert "cohort org/research is at its borrowing limit" in doc["message"], doc["message"]
+    table = _ok(cli, "why", "w3", "-n", "team-a")
+    assert "org/research" in table

@@ -14,6 +14,7 @@ from queuemgr.core.model import Cohort, CohortName
 from queuemgr.store import admin
 from queuemgr.store.cohorts import load_cohorts, upsert_cohort
 from queuemgr.store.config_objects import load_config, upsert_cluster_queue, upsert_flavor
+from queuemgr.store.status_board import cohort_path, running_beside
 from tests.builders import make_cohort
 from tests.integration.store.helpers import CQ, H100
 
@@ -110,3 +111,15 @@ def test_a_parent_or_a_flavor_in_use_is_not_deleted(engine: Engine) -> None:
         assert admin.delete_cohort(conn, "research", actor="test")
         left = conn.execute(sa.text("SELECT cohort FROM cohort_quotas")).scalars().all()
     assert left == ["org"]
+
+
+def test_why_s_board_queries_follow_the_tree(engine: Engine) -> None:
+    _write(engine, ORG, RESEARCH)
+    with engine.begin() as conn:
+        upsert_cluster_queue(conn, dataclasses.replace(CQ, cohort=RESEARCH.name), actor="test")
+        assert cohort_path(conn, CQ.name) == "org/research"
+        root, running = running_beside(conn, CQ.name)
+    assert root == "org" and running == []
+    with engine.begin() as conn:
+        upsert_cluster_queue(conn, dataclasses.replace(CQ, cohort=None), actor="test")
+        assert cohort_path(conn, CQ.name) is None
