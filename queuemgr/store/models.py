@@ -111,14 +111,10 @@ class CohortRow(Base):
     weight: Mapped[str] = mapped_column(Text, server_default=text("'1'"))
 
 
-class CohortQuota(Base):
-    """One flavor's quota a cohort holds itself, with its limits toward its parent."""
+class FlavorQuotaColumns:
+    """One flavor's quota of a ClusterQueue or a cohort: the same columns in both tables.
+    ``position`` is the flavor preference order."""
 
-    __tablename__ = "cohort_quotas"
-    __table_args__ = (UniqueConstraint("cohort", "position"),)
-    cohort: Mapped[str] = mapped_column(
-        Text, ForeignKey("cohorts.name", ondelete="CASCADE"), primary_key=True
-    )
     flavor: Mapped[str] = mapped_column(
         Text, ForeignKey("flavors.name", ondelete="RESTRICT"), primary_key=True
     )
@@ -126,6 +122,16 @@ class CohortQuota(Base):
     nominal: Mapped[Vector]
     borrowing_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
     lending_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
+
+
+class CohortQuota(FlavorQuotaColumns, Base):
+    """One flavor's quota a cohort holds itself, with its limits toward its parent."""
+
+    __tablename__ = "cohort_quotas"
+    __table_args__ = (UniqueConstraint("cohort", "position"),)
+    cohort: Mapped[str] = mapped_column(
+        Text, ForeignKey("cohorts.name", ondelete="CASCADE"), primary_key=True
+    )
 
 
 class ClusterQueueRow(Base):
@@ -147,7 +153,7 @@ class ClusterQueueRow(Base):
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 
 
-class ClusterQueueQuota(Base):
+class ClusterQueueQuota(FlavorQuotaColumns, Base):
     """One flavor's budget in a ClusterQueue; ``position`` is the flavor preference order."""
 
     __tablename__ = "cluster_queue_quotas"
@@ -155,13 +161,6 @@ class ClusterQueueQuota(Base):
     cluster_queue: Mapped[str] = mapped_column(
         Text, ForeignKey("cluster_queues.name", ondelete="CASCADE"), primary_key=True
     )
-    flavor: Mapped[str] = mapped_column(
-        Text, ForeignKey("flavors.name", ondelete="RESTRICT"), primary_key=True
-    )
-    position: Mapped[int] = mapped_column(Integer)
-    nominal: Mapped[Vector]
-    borrowing_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
-    lending_limit: Mapped[Vector] = mapped_column(server_default=text("'{}'::jsonb"))
 
 
 class LocalQueueRow(Base):
