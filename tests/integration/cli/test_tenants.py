@@ -16,6 +16,7 @@ WHY_KEYS = {
     "workload",
     "state",
     "cluster_queue",
+    "cohort",
     "reason",
     "message",
     "position_in_local_queue",
