@@ -23,7 +23,6 @@ from queuemgr.core.partial import smallest
 from queuemgr.core.policy import Ordering
 from queuemgr.core.queues import Rank
 from queuemgr.core.quota import QuotaCheck, QuotaLedger
-from queuemgr.core.quota_topology import Share
 from queuemgr.core.snapshot import Snapshot
 
 # Class 0 fits within nominal quota, 1 must borrow, -1 fits no quota now
@@ -72,7 +71,6 @@ class Nominator:
         self._lq_share: dict[tuple[str, str], float] = {}
         # Cohort -> decayed usage of every LocalQueue under it (usage_path), made on demand.
         self._cohort_usage: dict[CohortName, float] | None = None
-        self._float_memo: dict[tuple[Share, ...], tuple[float, ...]] = {}
         # Ordering by usage: within these queues, and among these queues' borrowers.
         self.usage_within: set[ClusterQueueName] = set()
         self.usage_across: set[ClusterQueueName] = set()
@@ -112,7 +110,7 @@ class Nominator:
                     if cq.name in self.usage_across:
                         share = self.usage_path(cq, w)
                     else:
-                        share = self._floats(self.ledger.path_share(cq.name, (fq.flavor, request)))
+                        share = self.ledger.path_key(cq.name, (fq.flavor, request))
                 nomination = Nomination(fq.flavor, checks, self.ledger.version)
                 if memo_key is not None:
                     self._memo[memo_key] = (self.ledger.version, cls, share, nomination)
@@ -144,19 +142,8 @@ class Nominator:
             or nomination.flavor is None
         ):
             return self.nominate(cq, w)
-        exact = self.ledger.path_share(cq.name, (nomination.flavor, w.total_requests))
-        return ((key[0], self._floats(exact), key[2], key[3], key[4]), cq.name, nomination)
-
-    def _floats(self, path: tuple[Share, ...]) -> tuple[float, ...]:
-        """The heap's floats of exact shares; the same few shares recur all cycle long."""
-        out = self._float_memo.get(path)
-        if out is None:
-            if len(self._float_memo) >= 1 << 16:
-                self._float_memo.clear()
-            out = self._float_memo[path] = tuple(
-                math.inf if infinite else float(exact) for infinite, exact in path
-            )
-        return out
+        share = self.ledger.path_key(cq.name, (nomination.flavor, w.total_requests))
+        return ((key[0], share, key[2], key[3], key[4]), cq.name, nomination)
 
     def usage_path(self, cq: ClusterQueue, w: Workload) -> tuple[float, ...]:
         """Decayed usage at every level, top down: of each of the queue's cohorts below

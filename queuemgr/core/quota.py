@@ -24,6 +24,7 @@ to it and the snapshot underneath is never touched.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -116,6 +117,16 @@ _FITS_BORROWING = QuotaCheck(verdict=QuotaVerdict.FITS, borrowing=True)
 _EMPTY: Mapping[Key, int] = {}
 _EMPTY_VEC: Resources = {}
 _SHARES_MEMO = 1 << 16  # entries of a ledger's cohort-share memo before it starts over
+# A memoised share: (the stamp it holds for, the exact share, its float for the heap).
+_Entry = tuple[int, Share, float]
+
+
+def _entry(stamp: int, share: Share) -> _Entry:
+    infinite, exact = share
+    return (stamp, share, math.inf if infinite else float(exact))
+
+
+_NO_ENTRY: _Entry = (-1, NO_SHARE, 0.0)
 
 
 class QuotaLedger:
@@ -139,10 +150,10 @@ class QuotaLedger:
         self.touched: dict[CohortName, int] = {}
         # The same for a queue's own usage, and its shares asked since (share()).
         self._queue_touched: dict[ClusterQueueName, int] = {}
-        self._shares: dict[tuple[object, ...], tuple[int, Share]] = {}
+        self._shares: dict[tuple[object, ...], _Entry] = {}
         self._offered: dict[tuple[CohortName, Key], tuple[int, CohortName, bool]] = {}
         # (cohort, flavor, addition) -> (the cohort's touched version, its share then).
-        self._cohort_shares: dict[tuple[object, ...], tuple[int, Share]] = {}
+        self._cohort_shares: dict[tuple[object, ...], _Entry] = {}
         self._own: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         # Per cohort: what its members hold beyond their guarantees (what it lends them).
         self._pool_used: dict[CohortName, dict[Key, int]] = {}
@@ -385,20 +396,25 @@ class QuotaLedger:
         root = topo.root_of.get(cq)
         if root is None:
             return NO_SHARE
+        return self._share_entry(cq, root, extra)[1]
+
+    def _share_entry(
+        self, cq: ClusterQueueName, root: CohortName, extra: tuple[FlavorName, Resources] | None
+    ) -> _Entry:
         # It moves only with the queue's own usage: memoised until that changes.
         stamp = self._queue_touched.get(cq, -1)
         key: tuple[object, ...] = (cq,) if extra is None else (cq, extra[0], *extra[1].items())
         hit = self._shares.get(key)
         if hit is not None and hit[0] == stamp:
-            return hit[1]
+            return hit
         if len(self._shares) >= _SHARES_MEMO:
             self._shares.clear()
         # What is borrowed per resource decides the share (with the queue's static
         # weight and its root's lendable totals): one integer pass, then the memo.
         borrowed = self._borrowed(cq, extra)
-        share = topo.share_of(cq, root, borrowed) if borrowed else NO_SHARE
-        self._shares[key] = (stamp, share)
-        return share
+        share = self.topology.share_of(cq, root, borrowed) if borrowed else NO_SHARE
+        hit = self._shares[key] = _entry(stamp, share)
+        return hit
 
     def path_share(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
@@ -406,12 +422,25 @@ class QuotaLedger:
         """The shares of ``cq``'s cohorts below the root, top down, then its own, with
         ``extra`` admitted: Kueue's hierarchical fair sharing compares two queues by the
         shares of their lowest common ancestor's children (``QuotaTopology.common_depth``)."""
+        return tuple(e[1] for e in self._path_entries(cq, extra))
+
+    def path_key(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None = None
+    ) -> tuple[float, ...]:
+        """``path_share`` as floats, for the cycle's heap (core.nomination): monotone in
+        the exact shares, an infinite share (a zero weight that borrows) as +inf."""
+        return tuple(e[2] for e in self._path_entries(cq, extra))
+
+    def _path_entries(
+        self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None
+    ) -> list[_Entry]:
         topo = self.topology
-        below = topo.below_root.get(cq)
+        root = topo.root_of.get(cq)
+        if root is None:
+            return [_NO_ENTRY]
+        below = topo.below_root[cq]
         if not below:
-            return (self.share(cq, extra),)
-        root = topo.root_of[cq]
-        assert root is not None
+            return [self._share_entry(cq, root, extra)]
         # What ``extra`` adds to each cohort's pool use on its flavor, lifted up the chain.
         deltas: dict[CohortName, Mapping[ResourceName, int]] = {}
         if extra is not None and cq in topo.unguarded:
@@ -443,23 +472,24 @@ class QuotaLedger:
                     if lifted:
                         nxt[r] = lifted
                 step = nxt
-        out: list[Share] = []
+        out: list[_Entry] = []
         on = extra[0] if extra is not None else None
         memo = self._cohort_shares
         if len(memo) >= _SHARES_MEMO:
             memo.clear()  # bounded: cohorts times the additions asked about
+        touched = self.touched
         for name in below:
             extra_here = deltas.get(name)
             memo_key: tuple[object, ...] = (name, on, *(extra_here or {}).items())
             # A cohort's share moves only when its own pool use does (``touched``).
-            stamp = self.touched.get(name, -1)
+            stamp = touched.get(name, -1)
             hit = memo.get(memo_key)
             if hit is None or hit[0] != stamp:
                 added = None if extra_here is None or on is None else (on, extra_here)
-                hit = memo[memo_key] = (stamp, self._cohort_share(name, root, added))
-            out.append(hit[1])
-        out.append(self.share(cq, extra))
-        return tuple(out)
+                hit = memo[memo_key] = _entry(stamp, self._cohort_share(name, root, added))
+            out.append(hit)
+        out.append(self._share_entry(cq, root, extra))
+        return out
 
     def _cohort_share(
         self, name: CohortName, root: CohortName, extra: tuple[FlavorName, Resources] | None
