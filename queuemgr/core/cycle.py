@@ -202,7 +202,7 @@ class Cycle(Admitter):
                 key[0] == BORROWING
                 and nomination.version != self.ledger.version
                 and name in self._deep
-                and self._key_moved(name, nomination.version)
+                and self._key_moved(name, nomination.keyed)
             ):
                 # In a tree, a borrower's key holds its cohorts' shares, which others'
                 # admissions since raised: the key is a lower bound. Its fresh key goes

@@ -45,14 +45,20 @@ HeapKey = tuple[int, tuple[float, ...], int, float, str]
 class Nomination:
     """The flavor picked for a head (None: no quota fits) and the checks behind it."""
 
-    __slots__ = ("checks", "flavor", "version")
+    __slots__ = ("checks", "flavor", "keyed", "version")
 
     def __init__(
-        self, flavor: FlavorName | None, checks: dict[FlavorName, QuotaCheck], version: int
+        self,
+        flavor: FlavorName | None,
+        checks: dict[FlavorName, QuotaCheck],
+        version: int,
+        keyed: int | None = None,
     ) -> None:
         self.flavor = flavor
         self.checks = checks
-        self.version = version
+        self.version = version  # of the ledger the checks were made on
+        # Of the ledger the heap key's share was computed on (Nominator.rekey renews it).
+        self.keyed = version if keyed is None else keyed
 
 
 HeapEntry = tuple[HeapKey, ClusterQueueName, Nomination]
@@ -143,7 +149,10 @@ class Nominator:
         ):
             return self.nominate(cq, w)
         share = self.ledger.path_key(cq.name, (nomination.flavor, w.total_requests))
-        return ((key[0], share, key[2], key[3], key[4]), cq.name, nomination)
+        renewed = Nomination(
+            nomination.flavor, nomination.checks, nomination.version, self.ledger.version
+        )
+        return ((key[0], share, key[2], key[3], key[4]), cq.name, renewed)
 
     def usage_path(self, cq: ClusterQueue, w: Workload) -> tuple[float, ...]:
         """Decayed usage at every level, top down: of each of the queue's cohorts below
