@@ -148,7 +148,9 @@ class Nominator:
             or nomination.flavor is None
         ):
             return self.nominate(cq, w)
-        share = self.ledger.path_key(cq.name, (nomination.flavor, w.total_requests))
+        share = self.ledger.refresh_key(
+            cq.name, (nomination.flavor, w.total_requests), key[1], nomination.keyed
+        )
         renewed = Nomination(
             nomination.flavor, nomination.checks, nomination.version, self.ledger.version
         )

@@ -431,6 +431,37 @@ class QuotaLedger:
         the exact shares, an infinite share (a zero weight that borrows) as +inf."""
         return tuple(e[2] for e in self._path_entries(cq, extra))
 
+    def refresh_key(
+        self,
+        cq: ClusterQueueName,
+        extra: tuple[FlavorName, Resources],
+        old: tuple[float, ...],
+        since: int,
+    ) -> tuple[float, ...]:
+        """``path_key(cq, extra)`` given ``old``, the key computed at ledger version
+        ``since``: only the cohorts whose pool use moved since are looked at again (the
+        queue's own share moves only with its own admissions, which nominate anew)."""
+        topo = self.topology
+        below = topo.below_root.get(cq)
+        root = topo.root_of.get(cq)
+        if not below or root is None or cq not in topo.unguarded or len(old) != len(below) + 1:
+            return self.path_key(cq, extra)
+        flavor, more = extra
+        items = tuple(more.items())
+        touched = self.touched
+        memo = self._cohort_shares
+        out = list(old)
+        for i, name in enumerate(below):
+            stamp = touched.get(name, -1)
+            if stamp <= since:
+                continue
+            memo_key = (name, flavor, *items)
+            hit = memo.get(memo_key)
+            if hit is None or hit[0] != stamp:
+                hit = memo[memo_key] = _entry(stamp, self._cohort_share(name, root, extra))
+            out[i] = hit[2]
+        return tuple(out)
+
     def _path_entries(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None
     ) -> list[_Entry]:
