@@ -252,8 +252,10 @@ class QuotaLedger:
                     runtime_limit=runtime_limit,
                 )
             g = lim.guaranteed[r]
-            if len(chain) == 1:  # one level: the pool's free part, without the walk
-                level = chain[0]
+            if len(chain) == 1 or cq in topo.plain:
+                # One level, or no limit below the root: the root pool's free part is
+                # what reaches the queue, without the walk.
+                level = chain[-1]
                 key = (flavor, r)
                 offered = level.subtree.get(key, 0) - self._pool_used.get(level.name, _EMPTY).get(
                     key, 0

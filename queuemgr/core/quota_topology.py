@@ -181,6 +181,14 @@ class QuotaTopology:
             if not any(any(lim.guaranteed.values()) for _f, lim in self.flavor_limits.get(qn, ()))
             and not any(any(level.guaranteed.values()) for level in chain)
         )
+        # Queues with no guarantee and no borrowing limit at any cohort below the root:
+        # what the root offers reaches them whole (QuotaTopology.available's walk adds
+        # nothing), so a check reads the root alone.
+        self.plain: frozenset[ClusterQueueName] = frozenset(
+            qn
+            for qn, chain in self.chain.items()
+            if not any(any(lv.guaranteed.values()) or lv.borrow for lv in chain[:-1])
+        )
         # A cohort under a fair-sharing one is fair too; its scope is the highest such.
         self.fair_scope: dict[CohortName, CohortName] = {}
         for name, names in self.tree.chain.items():

@@ -154,8 +154,9 @@ class QuotaWatch:
             if chain is None:
                 continue
             key = (self._flavor, r)
-            if len(chain) == 1:
-                offered = chain[0].subtree.get(key, 0) - pool_used[chain[0].name][key]
+            if len(chain) == 1 or self._name in self._topology.plain:
+                top = chain[-1]  # no limit below the root: what it offers reaches us whole
+                offered = top.subtree.get(key, 0) - pool_used[top.name][key]
             else:
                 offered = self._topology.available(chain, key, pool_used)[0]
             # What the cohorts leave the queue: its guarantee, what they offer, and what
