@@ -109,8 +109,8 @@ class Admitter:
         self._set_aside: dict[ClusterQueueName, list[Workload]] = {}
         # Queues below a cohort that has a parent: their order keys hold cohort shares
         # that other queues' admissions move (core.cycle re-keys them when stale).
-        below_root = config.quota_topology.below_root
-        self._deep = frozenset(n for n, below in below_root.items() if below)
+        self._below_root = config.quota_topology.below_root
+        self._deep = frozenset(n for n, below in self._below_root.items() if below)
         # Verdicts of the heads actually tried; the rest of a failed shape's
         # run shares ``_memo``, and a blocked StrictFIFO queue shares ``_blocked``.
         self.verdicts: dict[WorkloadId, Verdict] = {}

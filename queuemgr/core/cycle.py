@@ -286,8 +286,11 @@ class Cycle(Admitter):
     def _key_moved(self, name: ClusterQueueName, version: int) -> bool:
         """Whether one of ``name``'s cohorts below the root changed since ``version``."""
         touched = self.ledger.touched
-        below = self.snapshot.config.quota_topology.below_root[name]
-        return any(touched.get(c, -1) > version for c in below)
+        # A loop, not any() over a generator: asked once per stale borrower popped.
+        for c in self._below_root[name]:  # noqa: SIM110
+            if touched.get(c, -1) > version:
+                return True
+        return False
 
     def _tree_of(self, cq: ClusterQueue) -> CohortName | None:
         """The root of ``cq``'s cohort tree: a loan may come from anywhere in it."""
