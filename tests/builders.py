@@ -9,6 +9,7 @@ themselves. Nodes belong to a flavor through the label ``flavor=<name>``.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -442,6 +443,20 @@ class World:
     def run(self, now: float = 0.0) -> Result:
         snap = self.snapshot()
         return Result(world=self, snapshot=snap, decisions=schedule(snap, now))
+
+
+def random_borrower(rng: random.Random, i: int, at: float) -> Workload:
+    """A borrower of the starvation properties: a gang of 1-2 pods of 1-8 GPUs, priority
+    0-5, in namespace b1 or b2 (queues of nominal 0), created at ``at``."""
+    return (
+        make_workload(f"b{i:03d}")
+        .ns(rng.choice(["b1", "b2"]))
+        .gang(rng.randint(1, 2))
+        .gpus(rng.choice([1, 2, 4, 8]))
+        .priority(rng.randint(0, 5))
+        .at(at)
+        .build()
+    )
 
 
 def make_cohort(

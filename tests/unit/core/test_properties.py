@@ -30,6 +30,7 @@ from tests.builders import (
     make_cq,
     make_flavor,
     make_nodes,
+    random_borrower,
 )
 from tests.builders import make_workload as wl
 
@@ -286,15 +287,7 @@ def test_in_nominal_workload_is_not_starved_by_borrowers(
     clock = 0.0
 
     def borrower(i: int) -> Workload:
-        return (
-            wl(f"b{i:03d}")
-            .ns(rng.choice(["b1", "b2"]))
-            .gang(rng.randint(1, 2))
-            .gpus(rng.choice([1, 2, 4, 8]))
-            .priority(rng.randint(0, 5))
-            .at(clock)
-            .build()
-        )
+        return random_borrower(rng, i, clock)
 
     for i in range(40):
         cache.add_pending(borrower(i))

@@ -42,6 +42,7 @@ from queuemgr.core.quota import QuotaLedger, QuotaVerdict
 from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import CPU, GPU, MEMORY, ResourceName
 from tests.builders import make_workload
+from tests.unit.core.tree_scenarios import tree_shapes
 
 FLAVORS = (FlavorName("a"), FlavorName("b"))
 RESOURCES = (GPU, CPU)
@@ -97,19 +98,7 @@ def _maybe(draw: st.DrawFn, values: dict[ResourceName, int]) -> dict[ResourceNam
 @st.composite
 def trees(draw: st.DrawFn) -> Tree:
     flavors = FLAVORS[: draw(st.integers(1, 2))]
-    depth = draw(st.integers(1, 4))
-    names = draw(st.permutations(COHORT_NAMES))  # name order must not matter
-    # A spine of ``depth`` levels, then a few more cohorts hung anywhere above the last level.
-    parents: dict[CohortName, CohortName | None] = {}
-    level: dict[CohortName, int] = {}
-    for i in range(depth):
-        parents[names[i]] = names[i - 1] if i else None
-        level[names[i]] = i
-    for name in names[depth : depth + draw(st.integers(0, 3))]:
-        above = [c for c in parents if level[c] < depth - 1]
-        parent = draw(st.sampled_from([None, *above]))
-        parents[name] = parent
-        level[name] = 0 if parent is None else level[parent] + 1
+    parents = draw(tree_shapes(COHORT_NAMES))
     cohorts: dict[CohortName, Cohort] = {}
     small = st.integers(0, 8)
     millis = st.sampled_from([0, 1000, 2500, 8000])

@@ -31,7 +31,7 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.snapshot import build_snapshot
-from tests.builders import World, make_cq, make_nodes
+from tests.builders import World, make_cq, make_nodes, random_borrower
 from tests.builders import make_workload as wl
 from tests.unit.core.test_properties import check_nodes
 from tests.unit.core.tree_scenarios import (
@@ -157,15 +157,7 @@ def test_in_nominal_workload_is_not_starved_by_borrowers_anywhere_in_the_tree(
     clock = 0.0
 
     def borrower(i: int) -> Workload:
-        return (
-            wl(f"b{i:03d}")
-            .ns(rng.choice(["b1", "b2"]))
-            .gang(rng.randint(1, 2))
-            .gpus(rng.choice([1, 2, 4, 8]))
-            .priority(rng.randint(0, 5))
-            .at(clock)
-            .build()
-        )
+        return random_borrower(rng, i, clock)
 
     for i in range(40):
         cache.add_pending(borrower(i))

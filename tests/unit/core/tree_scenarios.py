@@ -40,6 +40,7 @@ from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, build_snapshot
 from tests.builders import World, make_cq, make_nodes
 from tests.builders import make_workload as wl
+from tests.unit.sim.test_preemption_stability import Cycle, Evicted
 
 SETTINGS = settings(deadline=None, max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 COHORT_NAMES = [CohortName(n) for n in ("org", "rnd", "prd", "ml", "cv", "x1", "x2")]
@@ -71,15 +72,14 @@ def _limit(
 
 
 @st.composite
-def cohort_trees(
-    draw: st.DrawFn, flavors: Sequence[str], *, one_root: bool = False, fair: int = 5
-) -> list[Cohort]:
-    """A spine of 1 to 4 levels and a few more cohorts hung above its last level (or, unless
-    ``one_root``, as roots of their own). Each has a weight (0 included), fair sharing
-    ``fair`` times in ten, and perhaps quota of its own with borrowing and lending limits
-    on each flavor."""
+def tree_shapes(
+    draw: st.DrawFn, names: Sequence[CohortName], *, one_root: bool = False
+) -> dict[CohortName, CohortName | None]:
+    """Each cohort's parent: a spine of 1 to 4 levels, then up to 3 more cohorts hung
+    above its last level (or, unless ``one_root``, as roots of their own). The names are
+    drawn in any order: name order must not matter."""
     depth = draw(st.integers(1, 4))
-    names = draw(st.permutations(COHORT_NAMES))  # name order must not matter
+    names = draw(st.permutations(names))
     parents: dict[CohortName, CohortName | None] = {}
     level: dict[CohortName, int] = {}
     for i in range(depth):
@@ -93,6 +93,18 @@ def cohort_trees(
             parent = names[0]
         parents[name] = parent
         level[name] = 0 if parent is None else level[parent] + 1
+    return parents
+
+
+@st.composite
+def cohort_trees(
+    draw: st.DrawFn, flavors: Sequence[str], *, one_root: bool = False, fair: int = 5
+) -> list[Cohort]:
+    """A spine of 1 to 4 levels and a few more cohorts hung above its last level (or, unless
+    ``one_root``, as roots of their own). Each has a weight (0 included), fair sharing
+    ``fair`` times in ten, and perhaps quota of its own with borrowing and lending limits
+    on each flavor."""
+    parents = draw(tree_shapes(COHORT_NAMES, one_root=one_root))
     cohorts = []
     for name, parent in parents.items():
         own = []
@@ -311,24 +323,6 @@ def claimed(claims: Iterable[Claim], now: float) -> list[AdmittedWorkload]:
 
 
 # -- several cycles on the incremental cache, as the simulator applies them ------------------
-
-
-@dataclass
-class Evicted:
-    victim: str
-    victim_cq: str
-    preemptor: str
-    preemptor_cq: str
-    reason: str
-
-
-@dataclass
-class Cycle:
-    index: int
-    now: float
-    admitted: dict[str, str]  # workload -> ClusterQueue
-    evicted: list[Evicted]
-    finished: dict[str, str]  # finished just before this cycle: workload -> ClusterQueue
 
 
 @dataclass
