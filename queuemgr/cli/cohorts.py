@@ -23,7 +23,7 @@ from queuemgr.cli.common import database, quantities
 from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name, number
 from queuemgr.cli.objects import delete_object, describe_object
-from queuemgr.cli.output import emit, output_option, print_table, vec
+from queuemgr.cli.output import emit, output_option, print_fields, print_table, vec
 from queuemgr.core.cohort_tree import CohortTreeError
 from queuemgr.core.model import Cohort, CohortName, FlavorName, FlavorQuota, Ordering
 from queuemgr.core.resources import ResourceName
@@ -233,4 +233,32 @@ def cohort_list(output: str) -> None:
 @handled
 def cohort_describe(name: str, output: str) -> None:
     """Cohort NAME: its path, parent, children, own quota and members."""
-    describe_object("cohort", name, output, cohort_docs, lambda config: config.cohorts)
+    describe_object(
+        "cohort", name, output, cohort_docs, lambda config: config.cohorts, _describe_table
+    )
+
+
+def _describe_table(d: dict[str, Any]) -> None:
+    quota = []
+    for q in d["quota"]:
+        limits = [
+            f"{label} {q[key]}"
+            for key, label in (("borrowing_limit", "borrows"), ("lending_limit", "lends"))
+            if q[key]
+        ]
+        quota.append(
+            f"{q['flavor']}: {q['nominal']}" + (f" ({'; '.join(limits)})" if limits else "")
+        )
+    print_fields(
+        [
+            ("Name", d["name"]),
+            ("Path", d["path"]),
+            ("Parent", d["parent"] or "- (a root)"),
+            ("Children", ", ".join(d["children"]) or "-"),
+            ("Weight", d["weight"]),
+            ("Ordering", d["ordering"] or "inherited"),
+            ("Fair sharing", "yes" if d["fair_sharing"] else "no"),
+            ("Own quota", "; ".join(quota) or "-"),
+            ("Cluster queues", ", ".join(d["cluster_queues"]) or "-"),
+        ]
+    )

@@ -137,11 +137,13 @@ def describe_object(
     output: str,
     docs_of: Callable[[Config], list[dict[str, Any]]],
     known: Callable[[Config], Mapping[Any, object]],
+    table: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Print one object's document, or fail naming the nearest known names."""
+    """Print one object's document (``table`` for the human form, else its fields as
+    they are), or fail naming the nearest known names."""
     with database() as db, db.read() as conn:
         config, _ = load_config(conn)
     docs = [d for d in docs_of(config) if d["name"] == name]
     if not docs:
         raise not_found(kind, name, known(config))
-    emit(docs[0], output, lambda d: print_fields(list(d.items())))
+    emit(docs[0], output, table or (lambda d: print_fields(list(d.items()))))

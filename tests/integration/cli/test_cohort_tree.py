@@ -40,6 +40,9 @@ def test_a_tree_built_and_shown_from_the_command_line(cli: Invoke, applied: Path
     assert "org/research" in _ok(cli, "cq", "describe", "team-a")
     cqs = json.loads(_ok(cli, "cq", "list", "-o", "json"))["cluster_queues"]
     assert {q["name"]: q["cohort_path"] for q in cqs}["team-b"] == "org/research"
+    described = _ok(cli, "cohort", "describe", "research")
+    assert "Path:" in described and "org/research" in described
+    assert "h100: nvidia.com/gpu=0 (borrows nvidia.com/gpu=8)" in described, described
     listing = _ok(cli, "cohort", "list")
     assert "org/research" in listing and "nvidia.com/gpu=16" in listing
     org = json.loads(_ok(cli, "cohort", "describe", "org", "-o", "json"))
