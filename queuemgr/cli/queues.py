@@ -262,6 +262,7 @@ def _lq_table(doc: dict[str, Any]) -> None:
             d["namespace"],
             d["name"],
             d["cluster_queue"] + ("" if d["cluster_queue_exists"] else " (missing)"),
+            d.get("cohort") or "-",
             d["pending"],
             d["admitted"],
             vec(nominal_total({"flavors": [{"nominal": v} for v in d.get("quota", {}).values()]})),
@@ -269,7 +270,10 @@ def _lq_table(doc: dict[str, Any]) -> None:
         )
         for d in doc["local_queues"]
     ]
-    cols = ("NAMESPACE", "NAME", "CLUSTERQUEUE", "PENDING", "ADMITTED", "CQ QUOTA", "CQ USAGE")
+    cols = (
+        "NAMESPACE", "NAME", "CLUSTERQUEUE", "COHORT", "PENDING", "ADMITTED", "CQ QUOTA",
+        "CQ USAGE",
+    )  # fmt: skip
     print_table(None, cols, rows)
 
 

@@ -90,6 +90,7 @@ def lq_doc(view: View, lq: LocalQueue) -> Doc:
     }
     if cq is not None:
         full = cq_doc(view, cq)
+        doc["cohort"] = full["cohort_path"]  # where it borrows: its cohort's path in the tree
         doc["quota"] = {fq["flavor"]: fq["nominal"] for fq in full["flavors"]}
         doc["usage"] = full["usage"]
         doc["cluster_queue_pending"] = full["pending"]

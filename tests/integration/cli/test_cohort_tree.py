@@ -43,6 +43,8 @@ def test_a_tree_built_and_shown_from_the_command_line(cli: Invoke, applied: Path
     described = _ok(cli, "cohort", "describe", "research")
     assert "Path:" in described and "org/research" in described
     assert "h100: nvidia.com/gpu=0 (borrows nvidia.com/gpu=8)" in described, described
+    lqs = json.loads(_ok(cli, "queues", "-A", "-o", "json"))["local_queues"]
+    assert {q["namespace"]: q["cohort"] for q in lqs}["team-a"] == "org/research"
     listing = _ok(cli, "cohort", "list")
     assert "org/research" in listing and "nvidia.com/gpu=16" in listing
     org = json.loads(_ok(cli, "cohort", "describe", "org", "-o", "json"))
