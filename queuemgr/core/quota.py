@@ -312,6 +312,17 @@ class QuotaLedger:
         if used is None:
             used = self._pool_used[cohort] = {}
         deep = topo.levels[cohort].parent is not None
+        if deep and cq in topo.unguarded:
+            # No guarantee on the way up (and usage is never negative): every cohort of
+            # the chain takes the addition as it is.
+            pools = [self._pool_used.setdefault(level.name, {}) for level in topo.chain[cq]]
+            for r, req in request.items():
+                vec[r] = vec.get(r, 0) + req
+                if req:
+                    key = (flavor, r)
+                    for pool in pools:
+                        pool[key] = pool.get(key, 0) + req
+            return
         for r, req in request.items():
             cur = vec.get(r, 0)
             new = cur + req
