@@ -200,6 +200,7 @@ class Cycle(Admitter):
                 continue
             if (
                 key[0] == BORROWING
+                and not defer  # the first pass sets every borrower aside, whatever its key
                 and nomination.version != self.ledger.version
                 and name in self._deep
                 and self._key_moved(name, nomination.keyed)
