@@ -98,7 +98,3 @@ class CohortTree:
         """Every cohort, parents before children (by depth, then name): the order to
         write a tree in, so that no write names a parent not yet written."""
         return sorted(self.chain, key=lambda n: (len(self.chain[n]), n))
-
-    def subtree(self, cohort: CohortName) -> list[CohortName]:
-        """``cohort`` and every cohort below it, in name order."""
-        return sorted(n for n, chain in self.chain.items() if cohort in chain)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from queuemgr.core.model import (
@@ -37,7 +37,7 @@ from queuemgr.core.model import (
     NoLoan,
     Workload,
 )
-from queuemgr.core.quota_topology import NO_SHARE, Key, Level, QuotaTopology, Share
+from queuemgr.core.quota_topology import NO_SHARE, Key, Level, QuotaTopology, Share, lifted
 from queuemgr.core.quota_watch import QuotaWatch
 from queuemgr.core.resources import ResourceName, Resources, format_quantity
 
@@ -328,12 +328,13 @@ class QuotaLedger:
             new = cur + req
             vec[r] = new
             # The pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
-            g = guaranteed.get(r, 0)
-            delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+            delta = lifted(cur, new, guaranteed.get(r, 0))
             if delta:
                 key = (flavor, r)
                 if deep:
-                    self._lift(cohort, key, delta)
+                    for name, step in self._lifts(cohort, key, delta):
+                        pool = self._pool_used.setdefault(name, {})
+                        pool[key] = pool.get(key, 0) + step
                 else:
                     used[key] = used.get(key, 0) + delta
 
@@ -351,21 +352,18 @@ class QuotaLedger:
             hit = self._offered[memo_key] = self.topology.available(chain, key, self._pool_used)
         return hit
 
-    def _lift(self, cohort: CohortName, key: Key, delta: int) -> None:
-        """Add ``delta`` to ``cohort``'s pool use, and what changes beyond its guarantee
-        to its parent's, up the tree until nothing changes."""
+    def _lifts(self, cohort: CohortName, key: Key, delta: int) -> Iterator[tuple[CohortName, int]]:
+        """Where ``delta`` more pool use at ``cohort`` lands: at it, and at each cohort
+        above it what moves beyond the one below's guarantee, while anything does. Each
+        step is worked out before it is yielded, so a caller may apply it or not."""
         levels = self.topology.levels
         name: CohortName | None = cohort
         while delta and name is not None:
-            used = self._pool_used.get(name)
-            if used is None:
-                used = self._pool_used[name] = {}
-            cur = used.get(key, 0)
-            new = used[key] = cur + delta
             level = levels[name]
-            g = level.guaranteed.get(key, 0)
-            delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
-            name = level.parent
+            cur = self._pool_used.get(name, _EMPTY).get(key, 0)
+            onward = lifted(cur, cur + delta, level.guaranteed.get(key, 0))
+            yield name, delta
+            delta, name = onward, level.parent
 
     def watch(self, cq: ClusterQueue, flavor: FlavorName, w: Workload) -> QuotaWatch:
         """``check_for(cq, flavor, w).fits`` from now on, followed through changes."""
@@ -459,21 +457,30 @@ class QuotaLedger:
         root = topo.root_of.get(cq)
         if not below or root is None or cq not in topo.unguarded or len(old) != len(below) + 1:
             return self.path_key(cq, extra)
-        flavor, more = extra
-        items = tuple(more.items())
         touched = self.touched
-        memo = self._cohort_shares
         out = list(old)
         for i, name in enumerate(below):
-            stamp = touched.get(name, -1)
-            if stamp <= since:
-                continue
-            memo_key = (name, flavor, *items)
-            hit = memo.get(memo_key)
-            if hit is None or hit[0] != stamp:
-                hit = memo[memo_key] = _entry(stamp, self._cohort_share(name, root, extra))
-            out[i] = hit[2]
+            if touched.get(name, -1) > since:
+                out[i] = self._cohort_entry(name, root, extra)[2]
         return tuple(out)
+
+    def _cohort_entry(
+        self, name: CohortName, root: CohortName, added: tuple[FlavorName, Resources] | None
+    ) -> _Entry:
+        """Cohort ``name``'s share with ``added`` more pool use, memoised until its own
+        pool use moves (``touched``)."""
+        stamp = self.touched.get(name, -1)
+        memo_key: tuple[object, ...] = (
+            (name,) if added is None else (name, added[0], *added[1].items())
+        )
+        hit = self._cohort_shares.get(memo_key)
+        if hit is None or hit[0] != stamp:
+            if len(self._cohort_shares) >= _SHARES_MEMO:
+                self._cohort_shares.clear()  # bounded: cohorts times the additions asked about
+            hit = self._cohort_shares[memo_key] = _entry(
+                stamp, self._cohort_share(name, root, added)
+            )
+        return hit
 
     def _path_entries(
         self, cq: ClusterQueueName, extra: tuple[FlavorName, Resources] | None
@@ -494,44 +501,20 @@ class QuotaLedger:
             flavor, more = extra
             lim = topo.limits.get((cq, flavor))
             vec = self.usage(cq, flavor)
-            step: dict[ResourceName, int] = {}
+            first = topo.chain[cq][0].name
+            lifting: dict[CohortName, dict[ResourceName, int]] = {}
             for r, v in more.items():
-                g = 0 if lim is None else lim.guaranteed.get(r, 0)
                 cur = vec.get(r, 0)
-                new = cur + v
-                d = (new - g if new > g else 0) - (cur - g if cur > g else 0)
-                if d:
-                    step[r] = d
-            for level in topo.chain[cq][:-1]:
-                if not step:
-                    break
-                deltas[level.name] = step
-                used = self._pool_used.get(level.name, _EMPTY)
-                nxt: dict[ResourceName, int] = {}
-                for r, d in step.items():
-                    g = level.guaranteed.get((flavor, r), 0)
-                    cur = used.get((flavor, r), 0)
-                    new = cur + d
-                    lifted = (new - g if new > g else 0) - (cur - g if cur > g else 0)
-                    if lifted:
-                        nxt[r] = lifted
-                step = nxt
+                d = lifted(cur, cur + v, 0 if lim is None else lim.guaranteed.get(r, 0))
+                for name, step in self._lifts(first, (flavor, r), d):
+                    lifting.setdefault(name, {})[r] = step
+            deltas = dict(lifting)
         out: list[_Entry] = []
         on = extra[0] if extra is not None else None
-        memo = self._cohort_shares
-        if len(memo) >= _SHARES_MEMO:
-            memo.clear()  # bounded: cohorts times the additions asked about
-        touched = self.touched
         for name in below:
             extra_here = deltas.get(name)
-            memo_key: tuple[object, ...] = (name, on, *(extra_here or {}).items())
-            # A cohort's share moves only when its own pool use does (``touched``).
-            stamp = touched.get(name, -1)
-            hit = memo.get(memo_key)
-            if hit is None or hit[0] != stamp:
-                added = None if extra_here is None or on is None else (on, extra_here)
-                hit = memo[memo_key] = _entry(stamp, self._cohort_share(name, root, added))
-            out.append(hit)
+            added = None if extra_here is None or on is None else (on, extra_here)
+            out.append(self._cohort_entry(name, root, added))
         out.append(self._share_entry(cq, root, extra))
         return out
 

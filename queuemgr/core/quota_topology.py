@@ -301,6 +301,14 @@ class QuotaTopology:
 _EMPTY: Mapping[Key, int] = {}
 
 
+def lifted(cur: int, new: int, guaranteed: int) -> int:
+    """How much more (or less) goes beyond ``guaranteed`` when a use moves from ``cur`` to
+    ``new``: what a queue or cohort passes on to the pool above it."""
+    return (new - guaranteed if new > guaranteed else 0) - (
+        cur - guaranteed if cur > guaranteed else 0
+    )
+
+
 def _add_own(into: dict[Key, int], flavors: tuple[FlavorQuota, ...]) -> None:
     for fq in flavors:
         for r, v in fq.nominal.items():

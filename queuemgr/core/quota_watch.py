@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName, Workload
-from queuemgr.core.quota_topology import Key
+from queuemgr.core.quota_topology import Key, lifted
 from queuemgr.core.resources import ResourceName, Resources
 
 if TYPE_CHECKING:
@@ -117,8 +117,7 @@ class QuotaWatch:
                 cur = usage[res]
                 new = usage[res] = cur + sign * v
                 # A pool holds what goes beyond the guarantee: max(0, usage - guaranteed).
-                g = self._guaranteed[cq].get(res, 0)
-                delta = (new - g if new > g else 0) - (cur - g if cur > g else 0)
+                delta = lifted(cur, new, self._guaranteed[cq].get(res, 0))
             else:
                 delta = sign * v  # a zero guarantee: all of it goes to the pool
             key = (flavor, res)
@@ -130,8 +129,7 @@ class QuotaWatch:
                 if pool is not None:
                     before = pool[key]
                     after = pool[key] = before + delta
-                    g = level.guaranteed.get(key, 0)
-                    delta = (after - g if after > g else 0) - (before - g if before > g else 0)
+                    delta = lifted(before, after, level.guaranteed.get(key, 0))
                 name = level.parent
 
     @property
