@@ -137,6 +137,19 @@ def node_json(n: Node) -> Json:
     }
 
 
+QUOTA_FIELDS = ("flavor", "nominal", "borrowing_limit", "lending_limit")
+
+
+def quota_of(row: Mapping[Any, Any]) -> FlavorQuota:
+    """A flavor quota row (a ClusterQueue's or a cohort's) as the core's ``FlavorQuota``."""
+    return FlavorQuota(
+        flavor=FlavorName(row["flavor"]),
+        nominal=resources(row["nominal"]),
+        borrowing_limit=resources(row["borrowing_limit"]),
+        lending_limit=resources(row["lending_limit"]),
+    )
+
+
 def quota_json(q: FlavorQuota) -> Json:
     return {
         "flavor": q.flavor,

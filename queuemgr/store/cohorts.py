@@ -20,7 +20,7 @@ from sqlalchemy import Connection, delete, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from queuemgr.core.cohort_tree import CohortTreeError, tree_error
-from queuemgr.core.model import Cohort, CohortName, FlavorName, FlavorQuota
+from queuemgr.core.model import Cohort, CohortName, FlavorQuota
 from queuemgr.store import codec
 from queuemgr.store.audit import Json, audit_change, locked_one, rows
 from queuemgr.store.models import CohortQuota, CohortRow
@@ -40,9 +40,7 @@ def _stored_json(conn: Connection, name: str) -> Json | None:
         .where(CohortQuota.cohort == name)
         .order_by(CohortQuota.position),
     )
-    flavors = [
-        {k: q[k] for k in ("flavor", "nominal", "borrowing_limit", "lending_limit")} for q in quotas
-    ]
+    flavors = [{k: q[k] for k in codec.QUOTA_FIELDS} for q in quotas]
     return {**dict(row), "flavors": flavors}
 
 
@@ -110,14 +108,7 @@ def load_cohorts(conn: Connection) -> list[Cohort]:
     for q in rows(
         conn, select(CohortQuota.__table__).order_by(CohortQuota.cohort, CohortQuota.position)
     ):
-        quotas.setdefault(q["cohort"], []).append(
-            FlavorQuota(
-                flavor=FlavorName(q["flavor"]),
-                nominal=codec.resources(q["nominal"]),
-                borrowing_limit=codec.resources(q["borrowing_limit"]),
-                lending_limit=codec.resources(q["lending_limit"]),
-            )
-        )
+        quotas.setdefault(q["cohort"], []).append(codec.quota_of(q))
     return [
         Cohort(
             name=CohortName(c["name"]),

@@ -215,9 +215,7 @@ def _cluster_queue_jsons(conn: Connection, names: Collection[str]) -> dict[str, 
         .order_by(ClusterQueueQuota.cluster_queue, ClusterQueueQuota.position),
     )
     for q in quotas:
-        out[q["cluster_queue"]]["flavors"].append(
-            {k: q[k] for k in ("flavor", "nominal", "borrowing_limit", "lending_limit")}
-        )
+        out[q["cluster_queue"]]["flavors"].append({k: q[k] for k in codec.QUOTA_FIELDS})
     return out
 
 
@@ -323,14 +321,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
             ClusterQueueQuota.cluster_queue, ClusterQueueQuota.position
         ),
     ):
-        quotas.setdefault(q["cluster_queue"], []).append(
-            FlavorQuota(
-                flavor=FlavorName(q["flavor"]),
-                nominal=codec.resources(q["nominal"]),
-                borrowing_limit=codec.resources(q["borrowing_limit"]),
-                lending_limit=codec.resources(q["lending_limit"]),
-            )
-        )
+        quotas.setdefault(q["cluster_queue"], []).append(codec.quota_of(q))
     cqs: list[ClusterQueue] = []
     stopped: set[ClusterQueueName] = set()
     for r in rows(conn, select(ClusterQueueRow.__table__).order_by(ClusterQueueRow.name)):
