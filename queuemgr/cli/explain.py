@@ -43,7 +43,7 @@ from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
-from queuemgr.store.status_board import ahead, cohort_path, running_beside, standing
+from queuemgr.store.status_board import ahead, standing, tree_and_running
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 
@@ -249,8 +249,8 @@ def _from_board(
         entry = found.entry
         cq = entry.cluster_queue
         ahead_of = [] if cq is None else ahead(conn, cq, entry.position_in_queue, limit=AHEAD)
-        cohort, running = (None, []) if cq is None else running_beside(conn, cq)
-        path = None if cq is None else cohort_path(conn, cq)
+        path, running = (None, []) if cq is None else tree_and_running(conn, cq)
+        cohort = None if path is None else path.split("/")[0]  # the root of its tree
     doc["scheduler"] = _leader(settings)[1]  # the leader decided; its record is shown
     doc.update(
         cluster_queue=cq,

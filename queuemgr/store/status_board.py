@@ -210,15 +210,21 @@ def ahead(conn: Connection, cluster_queue: str, position: int, *, limit: int) ->
 
 # The root of its cohort tree (its own cohort when that has no parent), and the path
 # from the root down to its own cohort: "org/research/team".
-_COHORT = text(f"{_TREE} SELECT name FROM up WHERE parent IS NULL")
 _PATH = text(f"{_TREE} SELECT string_agg(name, '/' ORDER BY depth DESC) FROM up")
 
 
 def running_beside(conn: Connection, cluster_queue: str) -> tuple[str | None, list[Running]]:
     """The root of ``cluster_queue``'s cohort tree, and the admitted workloads of the
     tree (of the queue alone without one)."""
-    cohort = conn.execute(_COHORT, {"cq": cluster_queue}).scalar()
-    return cohort, [
+    path, running = tree_and_running(conn, cluster_queue)
+    return None if path is None else path.split("/")[0], running
+
+
+def tree_and_running(conn: Connection, cluster_queue: str) -> tuple[str | None, list[Running]]:
+    """The path of ``cluster_queue``'s cohort from its root ("org/research/team"; its
+    first name is the root, as cohort names hold no "/"), or None for a queue in no
+    cohort; and the admitted workloads of its tree (of the queue alone without one)."""
+    return cohort_path(conn, cluster_queue), [
         Running(
             workload=f"{r.namespace}/{r.name}",
             admitted_at=r.admitted_at,
