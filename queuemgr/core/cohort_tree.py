@@ -23,27 +23,52 @@ class CohortTreeError(ValueError):
     """A cycle among cohorts' parents, or a parent that does not exist."""
 
 
+# Levels of cohorts a tree may have, the root included: an organisation needs a handful,
+# and the bound keeps every walk up a tree (and the chains kept per cohort) short
+# whatever a config holds.
+MAX_LEVELS = 16
+
+
 def tree_error(parents: Mapping[CohortName, CohortName | None]) -> str | None:
     """What is wrong with the tree ``parents`` describes, or None when it is a forest.
 
     Each cohort maps to its parent; the message names the offending path, so an admin
     sees which edges to change ("cohort a: its parent b does not exist", "cohorts form
-    a cycle: a -> b -> a"). The first problem in name order is reported, so the same
-    input always gives the same message.
+    a cycle: a -> b -> a", "cohort x is more than 16 levels deep: x -> ..."). The first
+    problem in name order is reported, so the same input always gives the same message.
+    Time: at most MAX_LEVELS steps per cohort, whatever the input.
     """
     for name in sorted(parents):
         parent = parents[name]
         if parent is not None and parent not in parents:
             return f"cohort {name}: its parent {parent} does not exist"
+    levels: dict[CohortName, int] = {}  # cohorts known to be in a tree, and their level
     for start in sorted(parents):
-        seen: list[CohortName] = [start]
-        parent = parents[start]
-        while parent is not None:
-            if parent in seen:
-                loop = [*seen[seen.index(parent) :], parent]
+        path: list[CohortName] = []
+        at: dict[CohortName, int] = {}
+        up: CohortName | None = start
+        while up is not None and up not in levels:
+            if up in at:
+                loop = [*path[at[up] :], up]
                 return "cohorts form a cycle: " + " -> ".join(loop)
-            seen.append(parent)
-            parent = parents[parent]
+            if len(path) == MAX_LEVELS:
+                return (
+                    f"cohort {start} is more than {MAX_LEVELS} levels deep: "
+                    + " -> ".join(path)
+                    + " -> ..."
+                )
+            at[up] = len(path)
+            path.append(up)
+            up = parents[up]
+        below = levels[up] + 1 if up is not None else 1
+        if below + len(path) - 1 > MAX_LEVELS:
+            return (
+                f"cohort {start} is more than {MAX_LEVELS} levels deep: "
+                + " -> ".join(path)
+                + " -> ..."
+            )
+        for i, c in enumerate(reversed(path)):
+            levels[c] = below + i
     return None
 
 

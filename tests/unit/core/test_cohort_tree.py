@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from queuemgr.core.cohort_tree import CohortTree, CohortTreeError, tree_error
+from queuemgr.core.cohort_tree import MAX_LEVELS, CohortTree, CohortTreeError, tree_error
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import ClusterQueueName, Cohort, CohortName, FlavorName, Ordering
 from queuemgr.core.quota import QuotaLedger
@@ -95,6 +95,21 @@ def test_tree_errors_name_the_path(parents: dict[str, str | None], message: str 
     if message is not None:
         with pytest.raises(CohortTreeError, match=message.split(":")[0]):
             CohortTree({k: Cohort(name=k, parent=v) for k, v in typed.items()})
+
+
+def test_a_tree_deeper_than_the_bound_is_refused_naming_its_path() -> None:
+    chain = {CohortName(f"c{i:06d}"): CohortName(f"c{i + 1:06d}") for i in range(100_000)}
+    chain[CohortName("c100000")] = None
+    problem = tree_error(chain)
+    assert problem is not None and problem.startswith(
+        f"cohort c000000 is more than {MAX_LEVELS} levels deep: c000000 -> c000001 -> "
+    )
+    # Exactly MAX_LEVELS levels is a tree; a long cycle is refused too, however long.
+    ok = {CohortName(f"d{i}"): CohortName(f"d{i + 1}") for i in range(MAX_LEVELS - 1)}
+    ok[CohortName(f"d{MAX_LEVELS - 1}")] = None
+    assert tree_error(ok) is None
+    loop = {CohortName(f"e{i}"): CohortName(f"e{(i + 1) % 50_000}") for i in range(50_000)}
+    assert tree_error(loop) is not None
 
 
 def test_paths_depths_and_roots() -> None:
