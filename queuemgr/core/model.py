@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import NewType
 
 from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.weights import ResourceWeight, weights_problem
 
 FlavorName = NewType("FlavorName", str)
 NodeName = NewType("NodeName", str)
@@ -182,6 +183,16 @@ class ClusterQueue:
     # never throws away days of a borrower's work. None, the default: any workload
     # borrows, Kueue's behaviour (docs/scheduling.md says why it is not the default).
     borrowing_max_runtime: float | None = None
+    # In this queue's dominant share only (fair sharing, never quota): a resource
+    # counted in another's units, e.g. a MIG slice as 1/7 of a GPU (core.weights).
+    # Empty, the default: every resource is a dimension of its own.
+    resource_weights: tuple[ResourceWeight, ...] = ()
+
+    def __post_init__(self) -> None:
+        problem = weights_problem(self.resource_weights)
+        if problem is not None:
+            i, why = problem
+            raise ValueError(f"cluster queue {self.name}: resource_weights[{i}]: {why}")
 
     def quota(self, flavor: FlavorName) -> FlavorQuota | None:
         for fq in self.flavors:

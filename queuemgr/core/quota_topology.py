@@ -16,7 +16,9 @@ resource r (Kueue's hierarchical cohorts):
   model's pool, so every answer is the flat model's;
 - a fair share divides by what its tree can lend per resource (summed over flavors:
   the root's subtree quota plus what cohorts below keep from their parents) at every
-  level, so shares of different levels are in the same units.
+  level, so shares of different levels are in the same units;
+- a ClusterQueue's ``resource_weights`` fold its borrowing and that denominator
+  alike (``core.weights``) in its own share only; cohorts' shares are never folded.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from queuemgr.core.model import (
     FlavorQuota,
 )
 from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.weights import ShareFold
 
 NO_CAP = 1 << 62
 _SHARE_MEMO = 1 << 16  # entries of the share memo before it starts over
@@ -81,6 +84,8 @@ class QuotaTopology:
         self.limits: dict[tuple[ClusterQueueName, FlavorName], Limits] = {}
         self.weight: dict[ClusterQueueName, Fraction] = {}
         self.flavor_limits: dict[ClusterQueueName, list[tuple[FlavorName, Limits]]] = {}
+        # The queues whose own share counts some resource in another's units.
+        self.folds: dict[ClusterQueueName, ShareFold] = {}
         subtree: dict[CohortName, dict[Key, int]] = {name: {} for name in known}
         for name in sorted(known):
             _add_own(subtree[name], known[name].flavors)
@@ -88,6 +93,9 @@ class QuotaTopology:
             cq = cluster_queues[qn]
             self.cohort_of[qn] = cq.cohort
             self.weight[qn] = cq.weight
+            fold = ShareFold.of(cq.resource_weights)
+            if fold is not None:
+                self.folds[qn] = fold
             for fq in cq.flavors:
                 guaranteed: dict[ResourceName, int] = {}
                 cap: dict[ResourceName, int] = {}
@@ -156,6 +164,13 @@ class QuotaTopology:
             self.root_of[qn] = names[-1]
             self.below_root[qn] = tuple(reversed(names[:-1]))
             self.members.setdefault(names[-1], []).append(qn)
+        # A queue with resource weights divides its folded borrowing by its root's
+        # lendable totals folded the same way.
+        self.folded_lendable: dict[ClusterQueueName, dict[ResourceName, int]] = {
+            qn: fold.apply(self.lendable.get(top, {}))
+            for qn, fold in self.folds.items()
+            if (top := self.root_of.get(qn)) is not None
+        }
         # Per root: the queues and cohorts that keep a guarantee (a lending limit) on some
         # flavor and resource. Only at those does a change of usage not pass upward as it
         # is, so a QuotaWatch follows only them (and its own chain).
@@ -209,7 +224,8 @@ class QuotaTopology:
     ) -> Share:
         """A node's weighted dominant share when it borrows ``borrowed`` (per resource).
 
-        ``name`` is a ClusterQueue's, or a cohort's when ``cohort``. The answer depends
+        ``name`` is a ClusterQueue's, or a cohort's when ``cohort``. A ClusterQueue's
+        resource weights fold ``borrowed`` and the lendable totals first. The answer depends
         on nothing else (the weight and the root's lendable totals are static), so it is
         memoised: a busy cycle asks for the same few shares hundreds of thousands of
         times (the victim search's fairness test). The largest ratio is found by integer
@@ -222,6 +238,12 @@ class QuotaTopology:
             return hit
         num, den = 0, 1  # the largest borrowed / lendable so far
         lendable = self.lendable.get(root, {})
+        fold = None if cohort else self.folds.get(ClusterQueueName(name))
+        if fold is not None:
+            # Its resource weights: a weighted resource counts in its target's units,
+            # in what it borrows and in what the tree lends alike (core.weights).
+            borrowed = fold.apply(borrowed)
+            lendable = self.folded_lendable.get(ClusterQueueName(name), {})
         for r, b in borrowed.items():
             total = lendable.get(r, 0)
             if total > 0 and b * den > num * total:
