@@ -56,7 +56,7 @@ from queuemgr.store.transitions import cancel_workload, submit_workload
     "--filename",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Kubernetes mode: a Job, JobSet or PyTorchJob manifest to submit.",
+    help="Kubernetes mode: a Job, JobSet, PyTorchJob, RayJob or RayCluster manifest to submit.",
 )
 @click.option("--image", default=None, help="Kubernetes mode: the container image to run.")
 @namespace_option

@@ -41,7 +41,7 @@ from queuemgr.core.model import Node, Workload, WorkloadId
 from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
 from queuemgr.k8s.jobframework import parse_timestamp
-from queuemgr.k8s.jobs import KINDS
+from queuemgr.k8s.jobs import owned_by_managed_kind
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
@@ -58,15 +58,6 @@ from queuemgr.store.workloads import StateConflict, WorkloadExists
 log = logging.getLogger(__name__)
 
 ACTOR = "k8s:queuemgr-controller"
-_MANAGED = {(f"{k.GROUP}/{k.VERSION}", k.KIND) for k in KINDS}
-
-
-def owned_by_managed_kind(obj: Obj) -> bool:
-    """A child of a job queuemgr manages (a JobSet's Jobs): its parent is the gang."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if (ref.get("apiVersion"), ref.get("kind")) in _MANAGED:
-            return True
-    return False
 
 
 class JobSync(Worker):

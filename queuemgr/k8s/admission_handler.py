@@ -9,9 +9,9 @@ jobs that could never be admitted and edits that would escape the quota.
 
 What must stay true:
 
-- an unlabelled job, a job in an unmanaged namespace, a subresource and a
-  kind queuemgr does not manage are allowed untouched (no patch, no store
-  read);
+- an unlabelled job, a job in an unmanaged namespace, a subresource, a kind
+  queuemgr does not manage and a child of a managed job (a RayJob's cluster)
+  are allowed untouched (no patch, no store read);
 - mutation needs no store: while Postgres is down, labelled jobs are still
   created suspended. It acts on CREATE only: the controller's own
   unsuspending UPDATE must not be undone;
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from queuemgr.core.directory import AdmittedView
-from queuemgr.k8s.jobs import QUEUE_LABEL, GenericJob, UnknownKind, job_for
+from queuemgr.k8s.jobs import QUEUE_LABEL, GenericJob, UnknownKind, job_for, owned_by_managed_kind
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.queue_directory import DirectoryUnavailable, QueueDirectory
 from queuemgr.k8s.review import (
@@ -102,6 +102,8 @@ class AdmissionHandler:
             return None
         if _queue(obj) is None and _queue(request.old_object) is None:
             return None
+        if owned_by_managed_kind(obj):
+            return None  # its parent (a RayJob's, a JobSet's) is the gang
         try:
             job = job_for(obj)
         except UnknownKind as error:

@@ -27,6 +27,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ QUEUE_LABEL = "queuemgr.io/queue-name"
 PRIORITY_LABEL = "queuemgr.io/priority-class"
 PLACEMENT_ANNOTATION = "queuemgr.io/placement"
 ORIGINAL_SELECTORS_ANNOTATION = "queuemgr.io/original-node-selectors"
+# Count fields a partial admission scaled down, as they were, so that suspension restores them.
+ORIGINAL_COUNTS_ANNOTATION = "queuemgr.io/original-counts"
 
 
 def parse_timestamp(value: str, path: str) -> float:
@@ -62,6 +65,11 @@ class Template:
     count: int
     tokens: tuple[Token, ...]  # path to the PodTemplateSpec
     min_count: int | None = None
+    # Where the count lives, when a partial admission may set it (one pod per unit).
+    count_field: tuple[Token, ...] | None = None
+    # The template the kind's controller uses when the object has none at ``tokens``
+    # (a RayJob's default submitter): charged for, but nothing is written into it.
+    default: Mapping[str, Any] | None = None
 
     @property
     def path(self) -> str:
@@ -95,7 +103,8 @@ class GenericJob:
 
     # -- kind-specific --------------------------------------------------------
 
-    def templates(self) -> list[Template]:
+    def kind_templates(self) -> list[Template]:
+        """The pod sets as the object says now (a partial admission may have scaled them)."""
         raise NotImplementedError
 
     def max_runtime(self) -> float | None:
@@ -103,6 +112,17 @@ class GenericJob:
         return None
 
     # -- shared ---------------------------------------------------------------
+
+    def templates(self) -> list[Template]:
+        """The pod sets, each with the count it was submitted with."""
+        originals = self._original_counts()
+        if not originals:
+            return self.kind_templates()
+        restored: Any = copy.deepcopy(dict(self.obj))
+        for t in self.kind_templates():
+            if t.count_field is not None and t.name in originals:
+                _put(restored, t.count_field, originals[t.name])
+        return type(self)(restored).kind_templates()
 
     @property
     def namespace(self) -> str:
@@ -136,7 +156,10 @@ class GenericJob:
         out = []
         for t in self.templates():
             parent = self._at(t.tokens[:-1])
-            template = m.required_mapping(parent, str(t.tokens[-1]), json_path(t.tokens[:-1]))
+            if t.default is not None and t.tokens[-1] not in parent:
+                template: Mapping[str, Any] = t.default
+            else:
+                template = m.required_mapping(parent, str(t.tokens[-1]), json_path(t.tokens[:-1]))
             out.append(pod_set(t.name, t.count, template, t.path, min_count=t.min_count))
         return tuple(out)
 
@@ -146,19 +169,43 @@ class GenericJob:
 
     def suspend(self) -> Patch:
         patch = set_value(self.obj, self.SUSPEND, True)
+        counts = self._original_counts()
+        if counts:
+            for t in self.kind_templates():
+                if t.count_field is not None and t.name in counts:
+                    value = counts[t.name]
+                    patch += (
+                        remove_value(self.obj, t.count_field)
+                        if value is None
+                        else set_value(self.obj, t.count_field, value)
+                    )
+            patch += remove_value(self.obj, ("metadata", "annotations", ORIGINAL_COUNTS_ANNOTATION))
         return patch + remove_value(self.obj, ("metadata", "annotations", PLACEMENT_ANNOTATION))
 
     def run_with(self, placement: Placement) -> Patch:
         originals = self._original_selectors()
         patch = Patch()
+        notes: dict[str, str] = {}
+        scaled: dict[str, int | None] = {}
         for t in self.templates():
+            assignment = placement.assignment(t.name)
+            if (
+                t.count_field is not None
+                and assignment is not None
+                and 0 < assignment.pods < t.count
+            ):
+                patch += set_value(self.obj, t.count_field, assignment.pods)
+                scaled[t.name] = self._value_at(t.count_field)
+            if t.default is not None and t.tokens[-1] not in self._at(t.tokens[:-1]):
+                continue  # the kind's controller writes that template; nothing to pin
             selector = dict(originals.get(t.name, {}))
             selector.update(placement.node_labels)
-            assignment = placement.assignment(t.name)
             if assignment is not None and assignment.topology is not None:
                 selector[assignment.topology[0]] = assignment.topology[1]
             patch += set_value(self.obj, (*t.tokens, "spec", "nodeSelector"), selector)
-        notes = {PLACEMENT_ANNOTATION: placement.record()}
+        notes[PLACEMENT_ANNOTATION] = placement.record()
+        if scaled and ORIGINAL_COUNTS_ANNOTATION not in m.annotation_map(self.obj):
+            notes[ORIGINAL_COUNTS_ANNOTATION] = json.dumps(scaled, sort_keys=True)
         if ORIGINAL_SELECTORS_ANNOTATION not in m.annotation_map(self.obj):
             recorded = json.dumps(originals, sort_keys=True, separators=(",", ":"))
             notes[ORIGINAL_SELECTORS_ANNOTATION] = recorded
@@ -217,6 +264,28 @@ class GenericJob:
             raise ManifestError(path, current, "expected an object, got")
         return cast(Mapping[str, Any], current)
 
+    def _original_counts(self) -> dict[str, int | None]:
+        """Pod set -> its count field's value before a partial admission scaled it down
+        (None: the field was absent); empty when nothing was scaled."""
+        recorded = m.annotation_map(self.obj).get(ORIGINAL_COUNTS_ANNOTATION)
+        if recorded is None:
+            return {}
+        path = f"metadata.annotations[{ORIGINAL_COUNTS_ANNOTATION}]"
+        try:
+            raw = json.loads(recorded)
+        except ValueError:
+            raise ManifestError(path, recorded, "bad JSON") from None
+        if not isinstance(raw, dict) or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+            for v in raw.values()
+        ):
+            raise ManifestError(path, recorded, "expected {pod set: count >= 1 or null}, got")
+        return {str(k): v for k, v in raw.items()}
+
+    def _value_at(self, tokens: Sequence[Token]) -> int | None:
+        value = self._at(tokens[:-1]).get(str(tokens[-1]))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def _original_selectors(self) -> dict[str, dict[str, str]]:
         recorded = m.annotation_map(self.obj).get(ORIGINAL_SELECTORS_ANNOTATION)
         if recorded is None:
@@ -237,6 +306,16 @@ class GenericJob:
         ):
             raise ManifestError(path, recorded, "expected {pod set: {label: value}}, got")
         return {str(k): dict(v) for k, v in raw.items()}
+
+
+def _put(obj: Any, tokens: Sequence[Token], value: int | None) -> None:
+    """Set (or, for None, drop) the member at ``tokens`` of a plain JSON copy."""
+    for token in tokens[:-1]:
+        obj = obj[token] if isinstance(token, int) else obj.setdefault(token, {})
+    if value is None:
+        obj.pop(tokens[-1], None)
+    else:
+        obj[tokens[-1]] = value
 
 
 def set_annotations(obj: Mapping[str, Any], updates: Mapping[str, str]) -> Patch:

@@ -6,9 +6,9 @@ kinds; :func:`job_for` picks the implementation by ``apiVersion`` and
 and the controller's watches are built from.
 
 What must stay true: every kind here is a :class:`GenericJob` (the one
-interface, as Kueue's jobframework has one): adding a kind is one class in
-``kinds`` that says where its pods, suspend flag and conditions are, plus one
-entry in :data:`KINDS`; an unknown kind is an :class:`UnknownKind` error,
+interface, as Kueue's jobframework has one): adding a kind is one module in
+``kinds`` that says where its pods, suspend flag and terminal state are, plus
+one entry in :data:`KINDS`; an unknown kind is an :class:`UnknownKind` error,
 never a guess.
 """
 
@@ -23,7 +23,7 @@ from queuemgr.k8s.jobframework import (
     QUEUE_LABEL,
     GenericJob,
 )
-from queuemgr.k8s.kinds import MIN_PARALLELISM, BatchJob, JobSet, PyTorchJob
+from queuemgr.k8s.kinds import MIN_PARALLELISM, BatchJob, JobSet, PyTorchJob, RayCluster, RayJob
 from queuemgr.k8s.placement import Finished, Placement, PodSetAssignment
 
 __all__ = [
@@ -39,14 +39,28 @@ __all__ = [
     "Placement",
     "PodSetAssignment",
     "PyTorchJob",
+    "RayCluster",
+    "RayJob",
     "UnknownKind",
     "job_for",
+    "owned_by_managed_kind",
 ]
 
 
-KINDS: tuple[type[GenericJob], ...] = (BatchJob, JobSet, PyTorchJob)
+KINDS: tuple[type[GenericJob], ...] = (BatchJob, JobSet, PyTorchJob, RayJob, RayCluster)
 
 _BY_TYPE = {(f"{k.GROUP}/{k.VERSION}", k.KIND): k for k in KINDS}
+
+
+def owned_by_managed_kind(obj: Mapping[str, Any]) -> bool:
+    """A child of a job queuemgr manages (a JobSet's Jobs, a RayJob's RayCluster and
+    submitter Job): its parent is the gang, so the child is never queued itself."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, Mapping) and (ref.get("apiVersion"), ref.get("kind")) in _BY_TYPE:
+            return True
+    return False
 
 
 class UnknownKind(ValueError):

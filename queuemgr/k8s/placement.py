@@ -27,6 +27,8 @@ class PodSetAssignment:
 
     pod_set: str
     nodes: Mapping[str, int] = field(default_factory=dict)  # node -> pods (recorded only)
+    # Pods admitted; below the pod set's count only under partial admission.
+    pods: int = 0
     topology: tuple[str, str] | None = None  # (node label key, domain value) it is pinned to
 
 
@@ -63,7 +65,10 @@ class Placement:
                     topology = (ps.topology, value)
             assignments.append(
                 PodSetAssignment(
-                    pod_set=ps.name, nodes=dict(sorted(nodes.items())), topology=topology
+                    pod_set=ps.name,
+                    nodes=dict(sorted(nodes.items())),
+                    pods=sum(nodes.values()),
+                    topology=topology,
                 )
             )
         return cls(

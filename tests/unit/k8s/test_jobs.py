@@ -69,6 +69,24 @@ GI, MI = 2**30, 2**20
             ],
             id="pytorchjob-master-first",
         ),
+        pytest.param(
+            "raycluster",
+            [
+                ("head", 1, {CPU: 4000, MEM: 16 * GI}),
+                ("gpu", 4, {GPU: 2, CPU: 16_000, MEM: 64 * GI}),
+                ("cpu", 2, {CPU: 8000, MEM: 32 * GI}),
+            ],
+            id="raycluster-head-then-worker-groups",
+        ),
+        pytest.param(
+            "rayjob",
+            [
+                ("head", 1, {CPU: 2000, MEM: 8 * GI}),
+                ("trials", 3, {GPU: 1, CPU: 8000, MEM: 32 * GI}),
+                ("submitter", 1, {CPU: 500, MEM: 200 * MI}),  # KubeRay's default submitter
+            ],
+            id="rayjob-cluster-plus-default-submitter",
+        ),
     ],
 )
 def test_pod_sets(name: str, expected: list[tuple[str, int, dict[str, int]]]) -> None:
@@ -246,7 +264,7 @@ def test_unknown_kind() -> None:
         job_for({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
 
 
-KINDS = ["job-gpu", "job-cpu", "jobset", "pytorchjob"]
+KINDS = ["job-gpu", "job-cpu", "jobset", "pytorchjob", "raycluster", "rayjob"]
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -287,6 +305,9 @@ def test_run_with_then_suspend_then_run_elsewhere(name: str) -> None:
     job = job_for(running)
     assert not job.is_suspended()
     for ps, selector in _selectors(running).items():
+        if name == "rayjob" and ps == "submitter":
+            assert selector == {}  # KubeRay's default submitter: no template to pin
+            continue
         expected = {**before[ps], "gpu.example.com/model": "h100"}
         if ps == "main":
             expected["rack"] = "r7"  # the topology domain the scheduler chose
@@ -303,6 +324,8 @@ def test_run_with_then_suspend_then_run_elsewhere(name: str) -> None:
 
     elsewhere = apply_patch(preempted, job_for(preempted).run_with(A100).as_json())
     for ps, selector in _selectors(elsewhere).items():
+        if name == "rayjob" and ps == "submitter":
+            continue
         assert selector == {**before[ps], "gpu.example.com/model": "a100"}  # no stale rack
     assert json.loads(elsewhere["metadata"]["annotations"][ORIGINAL_SELECTORS_ANNOTATION]) == before
 
