@@ -39,6 +39,7 @@ from queuemgr.core.model import (
     WorkloadId,
 )
 from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.weights import ResourceWeight
 
 Json = dict[str, Any]
 
@@ -112,6 +113,37 @@ def weight(w: Fraction) -> str:
     return str(w)  # "1", "3/2": exact, and Fraction() parses it back
 
 
+def resource_weights(ws: tuple[ResourceWeight, ...]) -> list[Json]:
+    """A ClusterQueue's resource weights, in order; the terms stay JSON integers."""
+    return [
+        {
+            "resource": str(w.resource),
+            "numerator": w.numerator,
+            "denominator": w.denominator,
+            "counts_as": str(w.counts_as),
+        }
+        for w in ws
+    ]
+
+
+def resource_weights_of(raw: list[Json]) -> tuple[ResourceWeight, ...]:
+    """The stored resource weights; a term that is not an integer is refused."""
+    out: list[ResourceWeight] = []
+    for w in raw:
+        for term in ("numerator", "denominator"):
+            if type(w[term]) is not int:
+                raise TypeError(f"stored {term} of {w['resource']} is not an integer: {w[term]!r}")
+        out.append(
+            ResourceWeight(
+                resource=ResourceName(w["resource"]),
+                numerator=w["numerator"],
+                denominator=w["denominator"],
+                counts_as=ResourceName(w["counts_as"]),
+            )
+        )
+    return tuple(out)
+
+
 def timestamp(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
 
@@ -174,6 +206,7 @@ def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
         ),
         "stopped": stopped,
         "ordering": None if cq.ordering is None else cq.ordering.value,
+        "resource_weights": resource_weights(cq.resource_weights),
         "flavors": [quota_json(q) for q in cq.flavors],
     }
 

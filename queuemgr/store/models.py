@@ -149,6 +149,9 @@ class ClusterQueueRow(Base):
     preemption_min_runtime: Mapped[float] = mapped_column(Double, server_default=text("0"))
     # Seconds: only workloads declaring a max_runtime of at most this borrow; NULL: any.
     borrowing_max_runtime: Mapped[float | None] = mapped_column(Double)
+    # In its dominant share, a resource counted in another's units (core.weights):
+    # [{"resource", "numerator", "denominator", "counts_as"}], integers exact; []: none.
+    resource_weights: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 
