@@ -31,9 +31,12 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.names import NameRule
 from queuemgr.core.snapshot import Config
+from queuemgr.core.values import shown
+from queuemgr.core.weights import ResourceWeight
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_duration
+from queuemgr.spec.objects import check_resource_weights, resource_weight_of_text
 
 
 def namespace(ns: str | None) -> str:
@@ -92,6 +95,17 @@ CQ_OPTIONS = [
         help="Order within the queue; inherit: the cohort's, else the scheduler's.",
     ),
     click.option(
+        "--resource-weight",
+        "resource_weights",
+        multiple=True,
+        metavar="RES=N/D[:TARGET]",
+        help="In fair sharing, one RES counts as N/D of TARGET (default nvidia.com/gpu), "
+        "e.g. nvidia.com/mig-1g.10gb=1/7 (repeatable; replaces the queue's weights).",
+    ),
+    click.option(
+        "--clear-resource-weights", is_flag=True, help="edit: count every resource on its own."
+    ),
+    click.option(
         "--nominal",
         "nominals",
         multiple=True,
@@ -140,6 +154,12 @@ def cluster_queue_from_flags(
         )
     if f["ordering"] is not None:
         changes["ordering"] = None if f["ordering"] == INHERIT else Ordering(f["ordering"])
+    if f["resource_weights"] and f["clear_resource_weights"]:
+        raise BadInput("--resource-weight: cannot be combined with --clear-resource-weights")
+    if f["resource_weights"]:
+        changes["resource_weights"] = _resource_weights(f["resource_weights"])
+    if f["clear_resource_weights"]:
+        changes["resource_weights"] = ()
     if f["nominals"]:
         changes["flavors"] = tuple(_nominal(n) for n in f["nominals"])
     new = dataclasses.replace(cq, **changes)
@@ -153,6 +173,14 @@ def _duration(raw: str, option: str = "--min-runtime", *, zero: bool = True) -> 
         return parse_duration(number(raw), option, zero=zero)
     except InputError as exc:
         raise BadInput(str(exc)) from None
+
+
+def _resource_weights(given: tuple[str, ...]) -> tuple[ResourceWeight, ...]:
+    """``--resource-weight`` values, by the rules of a queues file's ``resource_weights``."""
+    flag = "--resource-weight"
+    weights = tuple(resource_weight_of_text(raw, flag) for raw in given)
+    check_resource_weights(weights, [f"{flag} {shown(raw)}" for raw in given])
+    return weights
 
 
 def number(raw: str) -> object:

@@ -181,6 +181,7 @@ def _cq_describe(d: dict[str, Any]) -> None:
                 if d.get("borrowing_max_runtime") is None
                 else f"max_runtime <= {duration(d['borrowing_max_runtime'])}",
             ),
+            ("Resource weights", _weights_text(d.get("resource_weights") or [])),
             ("Status", "stopped" if d["stopped"] else "active"),
             ("Pending", d["pending"]),
             ("Admitted", d["admitted"]),
@@ -302,3 +303,12 @@ def lq_describe(name: str, namespace: str | None, output: str) -> None:
 def queues(ctx: click.Context, namespace: str | None, all_namespaces: bool, output: str) -> None:
     """The LocalQueues you can submit to, with quota, usage and depth."""
     ctx.invoke(lq_list, namespace=namespace, all_namespaces=all_namespaces, output=output)
+
+
+def _weights_text(weights: list[dict[str, Any]]) -> str:
+    """``nvidia.com/mig-1g.10gb = 1/7 nvidia.com/gpu, ...`` (fair sharing only), or none."""
+    if not weights:
+        return "none"
+    return ", ".join(
+        f"{w['resource']} = {w['numerator']}/{w['denominator']} {w['counts_as']}" for w in weights
+    )

@@ -2,9 +2,10 @@
 
 Why it exists: taints, tolerations, resource vectors and pod sets appear in
 flavors, nodes and workloads alike; reading them in one place keeps their
-validation (and its error paths) identical wherever they occur. Flavor quotas
-and preemption policies live here too, to keep ``scenario`` about the
-top-level sections and their cross-references.
+validation (and its error paths) identical wherever they occur. Flavor quotas,
+preemption policies and resource weights live here too, to keep ``scenario``
+about the top-level sections and their cross-references (``cq create/edit``
+read a ``--resource-weight`` with the same rules).
 
 What must stay true: each reader returns a ``queuemgr.core`` value object or
 raises a :class:`ScenarioError` whose message starts with the YAML path.
@@ -12,7 +13,8 @@ raises a :class:`ScenarioError` whose message starts with the YAML path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 
 from queuemgr.core.model import (
     FlavorName,
@@ -27,7 +29,15 @@ from queuemgr.core.model import (
     WithinClusterQueue,
 )
 from queuemgr.core.names import NameRule
-from queuemgr.core.resources import QuantityError, ResourceName, parse_resources
+from queuemgr.core.resources import (
+    GPU,
+    QuantityError,
+    ResourceName,
+    parse_resource_name,
+    parse_resources,
+)
+from queuemgr.core.values import shown
+from queuemgr.core.weights import ResourceWeight, weights_problem
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import ScenarioError, at
 from queuemgr.spec.knobs import parse_duration
@@ -202,3 +212,79 @@ def parse_quotas(
             )
         )
     return tuple(out)
+
+
+# The largest term of a resource weight: a MIG profile or a time-slicing factor is a
+# small ratio (1/7, 1/4), and the bound keeps the fold's scale (the least common
+# multiple of the denominators) small whatever a file holds.
+MAX_WEIGHT_TERM = 1_000_000
+_WEIGHT = re.compile(r"^\s*(\d{1,7})\s*(?:/\s*(\d{1,7})\s*)?$")
+_WEIGHT_WORDS = f"expected N/D with positive integers of at most {MAX_WEIGHT_TERM} (e.g. 1/7)"
+
+
+def parse_weight(raw: object, path: str) -> tuple[int, int]:
+    """A resource weight's terms from ``N/D`` or ``N``, as written (never a float)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        text = str(raw)
+    elif isinstance(raw, str):
+        text = raw
+    else:
+        raise ScenarioError(f"{path}: {_WEIGHT_WORDS}, got {shown(raw)}")
+    match = _WEIGHT.match(text)
+    if match is None:
+        raise ScenarioError(f"{path}: {_WEIGHT_WORDS}, got {shown(raw)}")
+    n, d = int(match[1]), int(match[2] or 1)
+    if not (0 < n <= MAX_WEIGHT_TERM and 0 < d <= MAX_WEIGHT_TERM):
+        raise ScenarioError(f"{path}: {_WEIGHT_WORDS}, got {shown(raw)}")
+    return n, d
+
+
+def _resource(raw: object, path: str) -> ResourceName:
+    try:
+        return parse_resource_name(raw, field=path)
+    except QuantityError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def resource_weight_of_text(raw: str, path: str) -> ResourceWeight:
+    """``RES=N/D`` or ``RES=N/D:TARGET`` (a ``--resource-weight``); TARGET defaults to
+    nvidia.com/gpu. Resource names hold neither ``=`` nor ``:``."""
+    resource, eq, rest = raw.partition("=")
+    terms, colon, target = rest.partition(":")
+    if not eq or not resource or not terms or (colon and not target):
+        raise ScenarioError(f"{path}: expected RES=N/D or RES=N/D:TARGET, got {shown(raw)}")
+    n, d = parse_weight(terms, f"{path} {shown(raw)}")
+    return ResourceWeight(
+        resource=_resource(resource, path),
+        numerator=n,
+        denominator=d,
+        counts_as=_resource(target, path) if colon else GPU,
+    )
+
+
+def parse_resource_weights(raw: object, path: str) -> tuple[ResourceWeight, ...]:
+    """A ClusterQueue's ``resource_weights``: a list of ``{resource, weight, counts_as}``."""
+    out: list[ResourceWeight] = []
+    for i, item in enumerate(y.sequence(raw, path)):
+        p = at(path, i)
+        m = y.mapping(item, p, required=("resource", "weight"), optional=("counts_as",))
+        n, d = parse_weight(m["weight"], at(p, "weight"))
+        out.append(
+            ResourceWeight(
+                resource=_resource(m["resource"], at(p, "resource")),
+                numerator=n,
+                denominator=d,
+                counts_as=_resource(m.get("counts_as", GPU), at(p, "counts_as")),
+            )
+        )
+    check_resource_weights(out, [at(path, i) for i in range(len(out))])
+    return tuple(out)
+
+
+def check_resource_weights(weights: Sequence[ResourceWeight], paths: Sequence[str]) -> None:
+    """The rules across weights (core.weights); the message starts with the offending
+    one's path (``paths[i]`` names ``weights[i]``)."""
+    problem = weights_problem(weights)
+    if problem is not None:
+        i, why = problem
+        raise ScenarioError(f"{paths[i]}: {why}")

@@ -44,6 +44,7 @@ from queuemgr.spec.objects import (
     parse_pod_set,
     parse_preemption,
     parse_quotas,
+    parse_resource_weights,
     parse_taints,
     resources,
 )
@@ -218,6 +219,7 @@ def _cluster_queues(
         "preemption",
         "ordering",
         "borrowing_max_runtime",
+        "resource_weights",
     )
     for i, item in enumerate(y.sequence(raw, "cluster_queues")):
         p = at("cluster_queues", i)
@@ -251,6 +253,9 @@ def _cluster_queues(
                 None
                 if m.get("borrowing_max_runtime") is None
                 else parse_duration(m["borrowing_max_runtime"], at(p, "borrowing_max_runtime"))
+            ),
+            resource_weights=parse_resource_weights(
+                m.get("resource_weights", []), at(p, "resource_weights")
             ),
         )
     return out
