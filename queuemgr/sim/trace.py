@@ -15,6 +15,10 @@ What must stay true:
 - a declared runtime limit (``max_runtime``) comes from the trace's optional
   ``max_runtime_s`` column or from a documented rule (:class:`MaxRuntimeRule`);
   limits made up by a rule are labelled as such (``TraceJobs.max_runtime``);
+- a fraction of a GPU (the optional ``gpu_milli_per_worker`` column, alias
+  ``gpu_milli``) becomes whole units of a shared-GPU resource only by a documented
+  rule (:class:`GpuFractionRule`), named with the jobs it mapped
+  (``TraceJobs.gpu_fraction``);
 - parsing stays linear and cheap: equal job shapes share one ``PodSet``.
 """
 
@@ -42,6 +46,12 @@ from queuemgr.core.resources import (
     ResourceName,
     parse_quantity,
 )
+from queuemgr.sim.gpu_fraction import (
+    DEFAULT_RULE,
+    MILLI,
+    GpuFractionRule,
+    parse_gpu_fraction_rule,
+)
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.scenario import SimWorkload
 
@@ -56,10 +66,15 @@ REQUIRED_COLUMNS = (
     "mem_gib_per_worker",
 )
 MAX_RUNTIME_COLUMN = "max_runtime_s"
+MILLI_COLUMN = "gpu_milli_per_worker"
+MILLI_ALIAS = "gpu_milli"  # the column's name in Alibaba's openb_pod_list traces
 ASSIGN_RULE = "zipf-s1-blake2b"
 _FACTOR = re.compile(r"actual\*(?P<f>\d+(?:\.\d+)?)")
+_MILLI = re.compile(r"^\s*[0-9]{1,4}\s*$")  # int() would also take "1_0" and "+5"
 _GIB = re.compile(r"^\s*(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,3})?\s*$")
 QUEUE = "default"
+# gpus_per_worker, (fraction column's name, its cell), workers, cpus, mem: one job shape
+_Shape = tuple[str, tuple[str, str | None], str, str, str]
 
 
 class TraceError(InputError):
@@ -137,6 +152,9 @@ class TraceJobs:
     tenants_assigned: dict[str, object] | None = None
     # {"rule": the MaxRuntimeRule's text, "jobs": simulated jobs given a limit}
     max_runtime: dict[str, object] = field(default_factory=dict)
+    # {"rule": the GpuFractionRule's text, "jobs": simulated jobs whose fraction of a
+    # GPU the rule mapped, "resources": {resource: those jobs asking it}}
+    gpu_fraction: dict[str, object] = field(default_factory=dict)
 
 
 class TenantAssigner:
@@ -174,18 +192,24 @@ def load_trace(
     assign_tenants: int | None = None,
     seed: int = 0,
     max_runtime: MaxRuntimeRule | str = "auto",
+    gpu_fraction: GpuFractionRule | str = DEFAULT_RULE,
 ) -> TraceJobs:
     """Read ``path``; ``namespaces`` are those holding a LocalQueue named ``default``.
 
-    ``max_runtime`` is a :class:`MaxRuntimeRule` or its text (``"actual*1.5"``).
+    ``max_runtime`` is a :class:`MaxRuntimeRule` or its text (``"actual*1.5"``);
+    ``gpu_fraction`` a :class:`GpuFractionRule` or its text (``"mig"``).
     """
     rule = max_runtime
     if isinstance(rule, str):
         rule = parse_max_runtime_rule(rule)
+    share = gpu_fraction
+    if isinstance(share, str):
+        share = parse_gpu_fraction_rule(share)
     assigner = TenantAssigner(assign_tenants, seed) if assign_tenants is not None else None
     workloads: list[SimWorkload] = []
     unmatched: dict[str, int] = {}
-    shapes: dict[tuple[str, str, str, str], tuple[PodSet, ...]] = {}
+    shapes: dict[_Shape, tuple[tuple[PodSet, ...], ResourceName | None]] = {}
+    shared: dict[str, int] = {}  # resource -> simulated jobs the fraction rule mapped to it
     seen: set[str] = set()
     rows = assigned = limited = 0
     required: tuple[str, ...] = REQUIRED_COLUMNS
@@ -202,16 +226,21 @@ def load_trace(
         if tenant not in namespaces:
             unmatched[tenant] = unmatched.get(tenant, 0) + 1
             continue
+        milli = row.get(MILLI_COLUMN)
         key = (
             row["gpus_per_worker"],
+            (MILLI_COLUMN, milli) if milli is not None else (MILLI_ALIAS, row.get(MILLI_ALIAS)),
             row["workers"],
             row["cpus_per_worker"] or "",
             row["mem_gib_per_worker"] or "",
         )
-        pod_sets = shapes.get(key)
-        if pod_sets is None:
-            pod_sets = (_pod_set(key, where),)
-            shapes[key] = pod_sets
+        shape = shapes.get(key)
+        if shape is None:
+            shape = _pod_sets(key, share, where)
+            shapes[key] = shape
+        pod_sets, mapped = shape
+        if mapped is not None:
+            shared[mapped] = shared.get(mapped, 0) + 1
         submit = _seconds(row["submit_s"], f"{where}: submit_s")
         runtime = _seconds(row["duration_s"], f"{where}: duration_s")
         limit = _max_runtime(rule, row.get(MAX_RUNTIME_COLUMN), runtime, where)
@@ -238,6 +267,11 @@ def load_trace(
         unmatched=unmatched,
         tenants_assigned=info,
         max_runtime={"rule": rule.text, "jobs": limited},
+        gpu_fraction={
+            "rule": share.text,
+            "jobs": sum(shared.values()),
+            "resources": dict(sorted(shared.items())),
+        },
     )
 
 
@@ -297,6 +331,11 @@ def _rows(
             reader = csv.DictReader(text)
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
+            if MILLI_COLUMN in header and MILLI_ALIAS in header:
+                raise TraceError(
+                    f"{path.name}: columns {MILLI_COLUMN} and {MILLI_ALIAS} are one column "
+                    f"under two names; keep one"
+                )
             if missing:
                 needs = ""
                 if MAX_RUNTIME_COLUMN in missing:
@@ -341,9 +380,13 @@ def _gib(text: str, where: str) -> int:
     return math.ceil(Fraction(text.strip()) * 2**30)
 
 
-def _pod_set(key: tuple[str, str, str, str], where: str) -> PodSet:
-    gpus, workers, cpus, mem = key
-    requests: dict[ResourceName, int] = {GPU: _count(gpus, f"{where}: gpus_per_worker", minimum=0)}
+def _pod_sets(
+    key: _Shape, rule: GpuFractionRule, where: str
+) -> tuple[tuple[PodSet, ...], ResourceName | None]:
+    """The job's pod set, and the resource the fraction rule mapped it to (if it did)."""
+    gpus, (column, milli), workers, cpus, mem = key
+    resource, amount, mapped = _gpu_request(gpus, column, milli, rule, where)
+    requests: dict[ResourceName, int] = {resource: amount}
     try:
         if cpus:
             requests[CPU] = parse_quantity(cpus, resource=CPU, field=f"{where}: cpus_per_worker")
@@ -351,8 +394,45 @@ def _pod_set(key: tuple[str, str, str, str], where: str) -> PodSet:
         raise TraceError(str(exc)) from None
     if mem:
         requests[MEMORY] = _gib(mem, f"{where}: mem_gib_per_worker")
-    return PodSet(
+    pod_set = PodSet(
         name="workers",
         count=_count(workers, f"{where}: workers", minimum=1),
         requests=requests,
     )
+    return (pod_set,), resource if mapped else None
+
+
+def _gpu_request(
+    gpus_text: str, column: str, text: str | None, rule: GpuFractionRule, where: str
+) -> tuple[ResourceName, int, bool]:
+    """The GPU request per pod: (resource, count, whether the fraction rule chose it).
+
+    An empty cell is no fraction: ``gpus_per_worker`` whole GPUs. Otherwise ``f``
+    (0..1000 thousandths) with ``gpus_per_worker`` ``g``: ``f = 0`` needs ``g = 0``
+    (no GPU); ``0 < f < 1000`` is a share of one GPU, so ``g`` is 0 or 1 (openb
+    writes 1) and the rule maps it; ``f = 1000`` is ``max(g, 1)`` whole GPUs (openb
+    writes 1000 on its whole-GPU rows).
+    """
+    gpus = _count(gpus_text, f"{where}: gpus_per_worker", minimum=0)
+    if text is None or not text.strip():
+        return GPU, gpus, False
+    field = f"{where}: {column}"
+    milli = int(text) if _MILLI.match(text) else -1
+    if not 0 <= milli <= MILLI:
+        raise TraceError(
+            f"{field}: expected an integer 0..{MILLI} (thousandths of a GPU), got {text!r}"
+        )
+    if milli == 0 and gpus > 0:
+        raise TraceError(
+            f"{field}: 0 thousandths of a GPU, but gpus_per_worker is {gpus}: leave the "
+            f"cell empty for whole GPUs, got {text!r}"
+        )
+    if 0 < milli < MILLI and gpus > 1:
+        raise TraceError(
+            f"{field}: a fraction is a share of one GPU, but gpus_per_worker is {gpus} "
+            f"(0 or 1 with a fraction), got {text!r}"
+        )
+    if milli == MILLI:
+        return GPU, max(gpus, 1), False
+    resource, amount = rule.request(milli)
+    return resource, amount, milli > 0
