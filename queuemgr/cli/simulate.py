@@ -21,7 +21,9 @@ from typing import IO
 
 import click
 
+from queuemgr.core.snapshot import Config
 from queuemgr.sim.engine import Engine
+from queuemgr.sim.gpu_fraction import DEFAULT_RULE, GpuFractionRule, parse_gpu_fraction_rule
 from queuemgr.sim.report import EventWriter, print_table, summarize
 from queuemgr.sim.trace import MaxRuntimeRule, load_trace, parse_max_runtime_rule
 from queuemgr.spec.checks import InputError
@@ -47,6 +49,15 @@ EXIT_BAD_INPUT = 2
     help="Trace jobs' declared runtime limits: auto (default: the max_runtime_s column "
     "where given), none, column, actual or 'actual*F' (duration x F, F >= 1).",
 )
+@click.option(
+    "--trace-gpu-fraction",
+    "gpu_fraction",
+    metavar="RULE",
+    callback=lambda _ctx, _param, value: _gpu_fraction_rule(value),
+    help="Trace pods' fractions of a GPU (gpu_milli_per_worker): timeslice:N (default "
+    f"{DEFAULT_RULE}: ceil(f*N/1000) nvidia.com/gpu.shared), mig (the smallest A100 MIG "
+    "profile that covers f) or round-up (one whole nvidia.com/gpu).",
+)
 @click.option("--events", "events_path", help="Write events as JSON lines ('-' for stdout).")
 @click.option("--summary", "summary_path", help="Write the JSON summary ('-' for stdout).")
 @click.option("--until", type=click.FloatRange(min=0), help="Stop after this virtual time (s).")
@@ -63,6 +74,7 @@ def simulate(
     assign_tenants: int | None,
     seed: int,
     max_runtime: MaxRuntimeRule | None,
+    gpu_fraction: GpuFractionRule | None,
     events_path: str | None,
     summary_path: str | None,
     until: float | None,
@@ -73,6 +85,8 @@ def simulate(
         raise click.UsageError("--assign-tenants needs --trace")
     if max_runtime is not None and trace is None:
         raise click.UsageError("--trace-max-runtime needs --trace")
+    if gpu_fraction is not None and trace is None:
+        raise click.UsageError("--trace-gpu-fraction needs --trace")
     try:
         code = _simulate(
             scenario,
@@ -84,6 +98,7 @@ def simulate(
             until,
             overrides,
             max_runtime=max_runtime,
+            gpu_fraction=gpu_fraction,
         )
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -107,6 +122,7 @@ def _simulate(
     overrides: tuple[str, ...] = (),
     *,
     max_runtime: MaxRuntimeRule | None = None,
+    gpu_fraction: GpuFractionRule | None = None,
 ) -> int:
     try:
         scenario = load_scenario(scenario_path)
@@ -117,7 +133,7 @@ def _simulate(
             scenario, policy=override_policy(scenario.policy, overrides, "--scheduler")
         )
     workloads = list(scenario.workloads)
-    tenants_assigned = unmatched = trace_max_runtime = None
+    tenants_assigned = unmatched = trace_max_runtime = trace_gpu_fraction = None
     if trace_path is not None:
         namespaces = {ns for (ns, name) in scenario.config.local_queues if name == "default"}
         jobs = load_trace(
@@ -126,8 +142,10 @@ def _simulate(
             assign_tenants=assign_tenants,
             seed=seed,
             max_runtime=max_runtime or MaxRuntimeRule(),
+            gpu_fraction=gpu_fraction or GpuFractionRule(),
         )
-        trace_max_runtime = jobs.max_runtime
+        trace_max_runtime, trace_gpu_fraction = jobs.max_runtime, jobs.gpu_fraction
+        _warn_unoffered(jobs.gpu_fraction, scenario.config)
         workloads.extend(jobs.workloads)
         tenants_assigned, unmatched = jobs.tenants_assigned, jobs.unmatched
         if unmatched:
@@ -149,6 +167,8 @@ def _simulate(
     if trace_max_runtime is not None:
         # Like tenants_assigned: limits a rule made up must never pass for trace data.
         summary["trace_max_runtime"] = trace_max_runtime
+    if trace_gpu_fraction is not None:
+        summary["trace_gpu_fraction"] = trace_gpu_fraction
     if summary_path is not None:
         with ExitStack() as stack:
             out = _open(stack, summary_path)
@@ -172,6 +192,42 @@ def _max_runtime_rule(value: str | None) -> MaxRuntimeRule | None:
         return parse_max_runtime_rule(value, option="--trace-max-runtime")
     except InputError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _gpu_fraction_rule(value: str | None) -> GpuFractionRule | None:
+    if value is None:
+        return None
+    try:
+        return parse_gpu_fraction_rule(value, option="--trace-gpu-fraction")
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _warn_unoffered(gpu_fraction: dict[str, object], config: Config) -> None:
+    """Warn of shared-GPU resources that trace jobs ask and the scenario never offers.
+
+    Such jobs are simulated as they are, and stay pending (reported inadmissible):
+    most likely the rule does not match the scenario's cluster.
+    """
+    asked = gpu_fraction.get("resources")
+    if not isinstance(asked, dict):
+        return
+    quotas = [fq for cq in config.cluster_queues.values() for fq in cq.flavors]
+    quotas += [fq for cohort in config.cohorts.values() for fq in cohort.flavors]
+    for resource, jobs in asked.items():
+        missing = []
+        if not any(fq.nominal.get(resource, 0) > 0 for fq in quotas):
+            missing.append("no ClusterQueue or cohort has quota for it")
+        if not any(
+            n.schedulable and n.allocatable.get(resource, 0) > 0 for n in config.nodes.values()
+        ):
+            missing.append("no schedulable node offers it")
+        if missing:
+            click.echo(
+                f"warning: {jobs} trace jobs ask for {resource} (--trace-gpu-fraction "
+                f"{gpu_fraction['rule']}), but {' and '.join(missing)}: they will stay pending",
+                err=True,
+            )
 
 
 def _open(stack: ExitStack, path: str) -> IO[str]:
