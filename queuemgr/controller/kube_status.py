@@ -31,8 +31,9 @@ from queuemgr.core.standings import QueueStanding
 from queuemgr.k8s.apiclient import ApiException, RateLimiter
 from queuemgr.k8s.cluster import ClusterWatch, JobRef
 from queuemgr.k8s.events import EventRecorder
-from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch
+from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch, condition_patch, has_conditions
 from queuemgr.k8s.patch import Patch, guard
+from queuemgr.k8s.reflector import Obj
 
 log = logging.getLogger(__name__)
 # Verdicts recorded as Warning events (the rest are Normal).
@@ -188,10 +189,12 @@ class StatusWriter(Worker):
                 patch = condition_patch(current.obj, status, rfc3339(_now()))
                 if patch:
                     try:
-                        self._send(current, patch, status=True)
+                        written = self._send(current, patch, status=True)
                     except ApiException as error:
                         if error.status not in (404, 405):
                             raise
+                        written = None
+                    if written is None or not has_conditions(written):
                         log.info("%s status takes no conditions; annotations only", kind)
                         self._conditions_off.add(kind)
             if not same_condition and self._events is not None:
@@ -209,12 +212,13 @@ class StatusWriter(Worker):
             return False
         return True
 
-    def _send(self, ref: JobRef, patch: Patch, *, status: bool) -> None:
+    def _send(self, ref: JobRef, patch: Patch, *, status: bool) -> Obj:
         self._limiter.acquire()
         meta = ref.obj["metadata"]
         result = ref.api.patch(meta["namespace"], meta["name"], patch.as_json(), status=status)
         self.writes += 1
         self._watch.remember(ref, result)
+        return result
 
 
 def _now() -> float:

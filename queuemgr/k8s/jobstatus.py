@@ -83,6 +83,26 @@ def _condition(kind: str, true: bool, status: QueueStatus, now: str, old: Any) -
     }
 
 
+# What every condition schema keeps: batch/v1's JobCondition also has
+# lastProbeTime, but metav1.Condition (JobSet, KubeRay) and the training
+# operator's JobCondition prune it, so it must not make a written condition
+# look changed.
+_COMPARED = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
+def _kept(condition: Any) -> dict[str, Any] | None:
+    if not isinstance(condition, Mapping):
+        return None
+    return {key: condition.get(key) for key in _COMPARED}
+
+
+def has_conditions(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj``'s status holds queuemgr's conditions (a schema without
+    ``status.conditions``, such as RayJob's, prunes them and answers 200)."""
+    current = (obj.get("status") or {}).get("conditions") or []
+    return any(isinstance(c, Mapping) and c.get("type") == PENDING_CONDITION for c in current)
+
+
 def condition_patch(obj: Mapping[str, Any], status: QueueStatus, now: str) -> Patch:
     """Replace the two queuemgr conditions in ``status.conditions`` (for the status subresource).
 
@@ -98,7 +118,7 @@ def condition_patch(obj: Mapping[str, Any], status: QueueStatus, now: str) -> Pa
             ADMITTED_CONDITION, status.admitted, status, now, by_type.get(ADMITTED_CONDITION)
         ),
     ]
-    if all(by_type.get(c["type"]) == c for c in wanted):
+    if all(_kept(by_type.get(c["type"])) == _kept(c) for c in wanted):
         return Patch()
     mine = {PENDING_CONDITION, ADMITTED_CONDITION}
     merged = [c for c in current if not (isinstance(c, Mapping) and c.get("type") in mine)]
