@@ -123,7 +123,7 @@ class Cache:
             vec[r] = vec.get(r, 0) + sign * v
         per_flavor[flavor] = vec
         self._usage[cq] = per_flavor
-        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        per_pod = {ps.name: ps.node_requests for ps in a.workload.pod_sets}
         class_of = self._config.node_topology.class_of
         for p in a.admission.placements:
             old = self._free.get(p.node)

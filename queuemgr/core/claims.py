@@ -46,7 +46,7 @@ class Claim:
 
 def placement_fits(pool: NodePool, workload: Workload, admission: Admission) -> bool:
     """Whether every node of ``admission`` has room for the pods placed on it."""
-    per_pod = {ps.name: ps.requests for ps in workload.pod_sets}
+    per_pod = {ps.name: ps.node_requests for ps in workload.pod_sets}
     need: dict[NodeName, dict[ResourceName, int]] = {}
     for p in admission.placements:
         vec = need.setdefault(p.node, {})

@@ -48,6 +48,6 @@ def plan_domains(
 
 def dominant(ps: PodSet) -> ResourceName | None:
     """The resource that sizes a domain for ``ps``: GPUs if asked for, else the first by name."""
-    if ps.requests.get(GPU, 0) > 0:
+    if ps.node_requests.get(GPU, 0) > 0:
         return GPU
-    return min((r for r, v in ps.requests.items() if v > 0), default=None)
+    return min((r for r, v in ps.node_requests.items() if v > 0), default=None)

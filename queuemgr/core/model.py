@@ -259,6 +259,11 @@ class PodSet:
     topology_preferred: str | None = None
     # Partial admission: when ``count`` pods do not fit, the most that fit, at least this.
     min_count: int | None = None
+    # Resources charged against quota but not placed on nodes: devices no node reports
+    # (DRA claims before their driver publishes ResourceSlices). Node fit leaves them out.
+    quota_only: frozenset[ResourceName] = frozenset()
+    # Derived once: the per-pod requests node fit places (``requests`` less ``quota_only``).
+    node_requests: Resources = field(init=False, repr=False, compare=False)
     # Derived once: this pod set's part of its gang's shape (Workload.shape). The store
     # and the trace loader share one PodSet object among the workloads of a template,
     # so thousands of workloads of one shape sort these vectors once, not each.
@@ -269,6 +274,15 @@ class PodSet:
             raise ValueError(f"pod set {self.name!r}: topology is required or preferred, not both")
         if self.min_count is not None and not 1 <= self.min_count <= self.count:
             raise ValueError(f"pod set {self.name!r}: min_count must be in [1, count]")
+        self._derive()
+
+    def _derive(self) -> None:
+        node = (
+            {r: v for r, v in self.requests.items() if r not in self.quota_only}
+            if self.quota_only
+            else self.requests
+        )
+        object.__setattr__(self, "node_requests", node)
         object.__setattr__(self, "shape_part", self._shape_part())
 
     def _shape_part(self) -> tuple[object, ...]:
@@ -280,6 +294,7 @@ class PodSet:
             self.topology_required,
             self.topology_preferred,
             self.min_count,
+            tuple(sorted(self.quota_only)),
         )
 
     # Pickled as its given fields only (as before shape_part existed), so state saved by
@@ -288,9 +303,13 @@ class PodSet:
         return [getattr(self, name) for name in _POD_SET_FIELDS]
 
     def __setstate__(self, state: Sequence[object]) -> None:
-        for name, value in zip(_POD_SET_FIELDS, state, strict=True):
+        if len(state) > len(_POD_SET_FIELDS):
+            raise ValueError(f"a pod set has {len(_POD_SET_FIELDS)} fields, not {len(state)}")
+        for name, value in zip(_POD_SET_FIELDS, state, strict=False):
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "shape_part", self._shape_part())
+        for name in _POD_SET_FIELDS[len(state) :]:  # saved before the field existed
+            object.__setattr__(self, name, _POD_SET_DEFAULTS[name])
+        self._derive()
 
     @property
     def topology(self) -> str | None:
@@ -299,6 +318,7 @@ class PodSet:
 
 
 _POD_SET_FIELDS = tuple(f.name for f in fields(PodSet) if f.init)
+_POD_SET_DEFAULTS: dict[str, object] = {"quota_only": frozenset()}
 
 ShapeId = NewType("ShapeId", int)
 

@@ -116,7 +116,7 @@ class NodePool:
         out: list[PodSetPlacement] = []
         # Biggest pods first: they have the fewest places to go.
         order = sorted(
-            pod_sets, key=lambda ps: (tuple(-ps.requests.get(r, 0) for r in (GPU,)), ps.name)
+            pod_sets, key=lambda ps: (tuple(-ps.node_requests.get(r, 0) for r in (GPU,)), ps.name)
         )
         for ps in order:
             remaining = ps.count
@@ -125,8 +125,8 @@ class NodePool:
             for cls in topo.candidates(flavor, ps):
                 if remaining <= 0:
                     break
-                req = tuple(ps.requests.get(r, 0) for r in cls.resources)
-                if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+                req = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
+                if any(v > 0 and r not in cls.resources for r, v in ps.node_requests.items()):
                     continue
                 groups = self._index(cls)
                 for key in self._keys[cls.index]:
@@ -138,7 +138,7 @@ class NodePool:
                             continue
                         n = per_node
                         if node in taken:
-                            n = how_many(ps.requests, _minus(self.free(node), taken[node]))
+                            n = how_many(ps.node_requests, _minus(self.free(node), taken[node]))
                             if n <= 0:
                                 continue
                         use = min(n, remaining)
@@ -146,7 +146,7 @@ class NodePool:
                         if use > 0:
                             out.append(PodSetPlacement(pod_set=ps.name, node=node, count=use))
                             t = taken.setdefault(node, {})
-                            for r, v in ps.requests.items():
+                            for r, v in ps.node_requests.items():
                                 t[r] = t.get(r, 0) + v * use
                             remaining -= use
                         if remaining <= 0:
@@ -158,7 +158,7 @@ class NodePool:
                     pod_set=ps.name,
                     needed=ps.count,
                     placeable=placeable,
-                    per_pod=ps.requests,
+                    per_pod=ps.node_requests,
                     largest_free=self._largest_free(flavor),
                 )
                 return None
@@ -170,7 +170,7 @@ class NodePool:
         """``place`` for a gang with a topology pod set: each such pod set picks its domains."""
         taken: dict[NodeName, dict[ResourceName, int]] = {}
         out: list[PodSetPlacement] = []
-        order = sorted(pod_sets, key=lambda ps: (-ps.requests.get(GPU, 0), ps.name))
+        order = sorted(pod_sets, key=lambda ps: (-ps.node_requests.get(GPU, 0), ps.name))
         for ps in order:
             key = ps.topology
             remaining = ps.count
@@ -185,7 +185,7 @@ class NodePool:
                         pod_set=ps.name,
                         needed=ps.count,
                         placeable=max(room.values(), default=0),
-                        per_pod=ps.requests,
+                        per_pod=ps.node_requests,
                         largest_free=self._largest_free(flavor),
                         topology=key,
                         dominant=dominant,
@@ -204,7 +204,7 @@ class NodePool:
                     pod_set=ps.name,
                     needed=ps.count,
                     placeable=ps.count - remaining,
-                    per_pod=ps.requests,
+                    per_pod=ps.node_requests,
                     largest_free=self._largest_free(flavor),
                 )
                 return None
@@ -216,9 +216,9 @@ class NodePool:
         """The nodes ``ps`` may use, best fit first, each with how many pods fit its free."""
         topo = self.topology
         for cls in topo.candidates(flavor, ps):
-            if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+            if any(v > 0 and r not in cls.resources for r, v in ps.node_requests.items()):
                 continue
-            req = tuple(ps.requests.get(r, 0) for r in cls.resources)
+            req = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
             groups = self._index(cls)
             for key in self._keys[cls.index]:
                 per_node = how_many_tuple(req, key)
@@ -245,7 +245,7 @@ class NodePool:
             left = self.free(node)
             if node in taken:
                 left = _minus(left, taken[node])
-                per_node = how_many(ps.requests, left)
+                per_node = how_many(ps.node_requests, left)
             room[value] = room.get(value, 0) + max(0, per_node)
             have = max(0, left.get(dominant, 0)) if dominant is not None else 0
             free[value] = free.get(value, 0) + have
@@ -269,13 +269,13 @@ class NodePool:
                 continue
             n = per_node
             if node in taken:
-                n = how_many(ps.requests, _minus(self.free(node), taken[node]))
+                n = how_many(ps.node_requests, _minus(self.free(node), taken[node]))
             use = min(n, remaining)
             if use <= 0:
                 continue
             out.append(PodSetPlacement(pod_set=ps.name, node=node, count=use))
             t = taken.setdefault(node, {})
-            for r, v in ps.requests.items():
+            for r, v in ps.node_requests.items():
                 t[r] = t.get(r, 0) + v * use
             remaining -= use
         return remaining
@@ -297,10 +297,10 @@ class NodePool:
         total = 0
         classes: set[int] = set()
         for cls in self.topology.candidates(flavor, ps):
-            if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+            if any(v > 0 and r not in cls.resources for r, v in ps.node_requests.items()):
                 continue
             classes.add(cls.index)
-            req = tuple(ps.requests.get(r, 0) for r in cls.resources)
+            req = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
             groups = self._index(cls)
             for key in self._keys[cls.index]:
                 per_node = how_many_tuple(req, key)
@@ -314,7 +314,7 @@ class NodePool:
                 continue
             free = self.free(node)
             more = {r: free.get(r, 0) + extra.get(r, 0) for r in home.resources}
-            total += how_many(ps.requests, more) - how_many(ps.requests, free)
+            total += how_many(ps.node_requests, more) - how_many(ps.node_requests, free)
             if total >= enough:
                 return total
         return total
@@ -345,7 +345,7 @@ class NodePool:
     def _change(
         self, placements: tuple[PodSetPlacement, ...], pod_sets: tuple[PodSet, ...], sign: int
     ) -> None:
-        per_pod = {ps.name: ps.requests for ps in pod_sets}
+        per_pod = {ps.name: ps.node_requests for ps in pod_sets}
         for p in placements:
             node = p.node
             cls = self.topology.class_of.get(node)

@@ -327,7 +327,7 @@ class Preemptor:
                 self._apply(a, 1, _ledger_only)
         released: dict[NodeName, dict[ResourceName, int]] = {}
         for a in taken:
-            per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+            per_pod = {ps.name: ps.node_requests for ps in a.workload.pod_sets}
             for pl in a.admission.placements:
                 vec = released.setdefault(pl.node, {})
                 for r, v in per_pod[pl.pod_set].items():

@@ -93,8 +93,8 @@ class _State:
             for r, v in a.held.items():  # what admitted_requests(a) gives
                 delta[r] = delta.get(r, 0) + sign * v
             pod_sets = a.workload.pod_sets
-            single = pod_sets[0].requests if len(pod_sets) == 1 else None
-            per_pod = {ps.name: ps.requests for ps in pod_sets} if single is None else {}
+            single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
+            per_pod = {ps.name: ps.node_requests for ps in pod_sets} if single is None else {}
             for p in a.admission.placements:
                 vec = touched.get(p.node)
                 if vec is None:
@@ -359,7 +359,7 @@ class Guard:
 
     def _holds(self, placements: tuple[PodSetPlacement, ...]) -> bool:
         """Whether the world at the start has room for the gang on these placements."""
-        per_pod = {ps.name: ps.requests for ps in self.w.pod_sets}
+        per_pod = {ps.name: ps.node_requests for ps in self.w.pod_sets}
         need: dict[NodeName, dict[ResourceName, int]] = {}
         for p in placements:
             vec = need.setdefault(p.node, {})

@@ -190,7 +190,7 @@ def node_free_of(
 ) -> dict[NodeName, dict[ResourceName, int]]:
     free = {name: dict(n.allocatable) for name, n in nodes.items()}
     for a in admitted:
-        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        per_pod = {ps.name: ps.node_requests for ps in a.workload.pod_sets}
         for p in a.admission.placements:
             vec = free.get(p.node)
             if vec is None:  # the node is gone; its pods no longer hold capacity here

@@ -132,10 +132,10 @@ class PodCounter:
         self._req: dict[int, tuple[int, ...]] = {}
         index = snapshot.node_index
         for cls in topo.candidates(flavor, ps):
-            if any(v > 0 and r not in cls.resources for r, v in ps.requests.items()):
+            if any(v > 0 and r not in cls.resources for r, v in ps.node_requests.items()):
                 continue
             self._classes[cls.index] = len(self._classes)
-            req = self._req[cls.index] = tuple(ps.requests.get(r, 0) for r in cls.resources)
+            req = self._req[cls.index] = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
             if index is not None and not ps.node_selector:
                 for key, nodes in index[cls.index].items():
                     self._total += how_many_tuple(req, key) * len(nodes)
@@ -165,7 +165,7 @@ class PodCounter:
     def count(self, node: NodeName) -> int:
         n = self._count.get(node)
         if n is None:
-            n = max(0, how_many(self._ps.requests, self.free(node)))
+            n = max(0, how_many(self._ps.node_requests, self.free(node)))
         return n
 
     def enough(self) -> bool:
@@ -184,8 +184,8 @@ class PodCounter:
         moved: dict[NodeName, dict[ResourceName, int]] = {}
         for a in workloads:
             pod_sets = a.workload.pod_sets
-            single = pod_sets[0].requests if len(pod_sets) == 1 else None
-            per_pod = {p.name: p.requests for p in pod_sets} if single is None else {}
+            single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
+            per_pod = {p.name: p.node_requests for p in pod_sets} if single is None else {}
             for p in a.admission.placements:
                 node = p.node
                 cls = class_of.get(node)
@@ -199,7 +199,7 @@ class PodCounter:
                 pods = sign * p.count
                 for r, v in (single if single is not None else per_pod[p.pod_set]).items():
                     delta[r] = delta.get(r, 0) - v * pods
-        wanted, frees, counts = ps.requests, self._free, self._count
+        wanted, frees, counts = ps.node_requests, self._free, self._count
         for node, delta in moved.items():
             free = frees.get(node)
             if free is None:  # first change of the node: its count is the snapshot's

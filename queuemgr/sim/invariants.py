@@ -154,13 +154,17 @@ class InvariantChecker:
         hit = self._contrib.get(a.workload.id)
         if hit is not None and hit[0] is a:
             return hit[1], hit[2]
-        per_pod = {ps.name: ps.requests for ps in a.workload.pod_sets}
+        sets = {ps.name: ps for ps in a.workload.pod_sets}
         per_node: dict[tuple[NodeName, ResourceName], int] = {}
         total: _Vec = {}
         for p in a.admission.placements:
-            for r, v in per_pod.get(p.pod_set, {}).items():
-                per_node[(p.node, r)] = per_node.get((p.node, r), 0) + v * p.count
+            ps = sets.get(p.pod_set)
+            if ps is None:
+                continue
+            for r, v in ps.requests.items():
                 total[r] = total.get(r, 0) + v * p.count
+            for r, v in ps.node_requests.items():  # quota-only devices take no node room
+                per_node[(p.node, r)] = per_node.get((p.node, r), 0) + v * p.count
         entry = (a, tuple(per_node.items()), tuple(total.items()))
         self._contrib[a.workload.id] = entry
         return entry[1], entry[2]

@@ -106,7 +106,14 @@ def pod_set(ps: PodSet) -> Json:
         "topology_required": ps.topology_required,
         "topology_preferred": ps.topology_preferred,
         "min_count": ps.min_count,
+        "quota_only": sorted(ps.quota_only),
     }
+
+
+def resource_names(raw: object) -> frozenset[ResourceName]:
+    """A stored list of resource names (a pod set's ``quota_only``); other items are dropped."""
+    items = raw if isinstance(raw, list) else []
+    return frozenset(ResourceName(r) for r in items if isinstance(r, str))
 
 
 def weight(w: Fraction) -> str:

@@ -80,7 +80,7 @@ ORDER BY id
 # JSONB as text: identical vectors (most workloads share a few shapes) are decoded once.
 _POD_SETS = text("""
 SELECT workload_id, name, count, requests::text, node_selector::text, tolerations::text,
-       topology_required, topology_preferred, min_count
+       topology_required, topology_preferred, min_count, quota_only::text
 FROM pod_sets WHERE workload_id = ANY(CAST(:ids AS bigint[]))
 ORDER BY workload_id, position
 """)
@@ -192,7 +192,7 @@ def read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, .
         wid, key = row[0], tuple(row[1:])
         ps = interned.get(key)
         if ps is None:
-            name, count, requests, selector, tolerations, required, preferred, min_count = key
+            name, count, requests, selector, tolerations, required, preferred, min_count, only = key
             ps = interned[key] = PodSet(
                 name=name,
                 count=count,
@@ -202,6 +202,7 @@ def read_pod_sets(conn: Connection, ids: list[int]) -> dict[int, tuple[PodSet, .
                 topology_required=required,
                 topology_preferred=preferred,
                 min_count=min_count,
+                quota_only=codec.resource_names(dec(only)),
             )
         out.setdefault(wid, []).append(ps)
     return {wid: tuple(v) for wid, v in out.items()}

@@ -244,6 +244,8 @@ class PodSetRow(Base):
     topology_required: Mapped[str | None] = mapped_column(Text)
     topology_preferred: Mapped[str | None] = mapped_column(Text)
     min_count: Mapped[int | None] = mapped_column(Integer)
+    # Resources charged against quota but not placed on nodes (core PodSet.quota_only).
+    quota_only: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
 
 
 class PlacementRow(Base):

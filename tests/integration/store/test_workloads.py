@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 from queuemgr.core.cycle import schedule
 from queuemgr.core.lifecycle import IllegalTransition, RunEnd, WorkloadState
 from queuemgr.core.model import Admission, AdmittedWorkload, FlavorName, WorkloadId
+from queuemgr.core.resources import ResourceName
 from queuemgr.core.verdicts import PendingReason
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store import workloads as store
@@ -77,6 +78,24 @@ def test_topology_and_min_count_survive_the_store(engine: Engine) -> None:
     assert loaded["packed"].pod_sets == packed.pod_sets
     assert loaded["spread"].pod_sets == spread.pod_sets
     assert loaded["packed"].shape == packed.shape  # schedules exactly as submitted
+
+
+def test_quota_only_resources_survive_the_store(engine: Engine) -> None:
+    device = ResourceName("example.com/gpu")
+    base = gang("claims")
+    ps = dataclasses.replace(
+        base.pod_sets[0],
+        requests={**base.pod_sets[0].requests, device: 2},
+        quota_only=frozenset({device}),
+    )
+    claims = dataclasses.replace(base, pod_sets=(ps,))
+    with engine.begin() as conn:
+        submit_workload(conn, claims)
+        submit_workload(conn, gang("plain"))
+    loaded = {w.name: w for w in load_state(Database(engine)).pending}
+    assert loaded["claims"].pod_sets == claims.pod_sets
+    assert loaded["claims"].pod_sets[0].quota_only == {device}
+    assert loaded["plain"].pod_sets[0].quota_only == frozenset()
 
 
 def test_duplicate_workload_is_refused(engine: Engine) -> None:
