@@ -341,9 +341,14 @@ def make_nodes(
     ]
 
 
-def make_flavor(name: str, *, taints: Iterable[Taint] = ()) -> ResourceFlavor:
+def make_flavor(
+    name: str, *, taints: Iterable[Taint] = (), tolerations: Iterable[Toleration] = ()
+) -> ResourceFlavor:
     return ResourceFlavor(
-        name=FlavorName(name), node_labels={FLAVOR_LABEL: name}, taints=tuple(taints)
+        name=FlavorName(name),
+        node_labels={FLAVOR_LABEL: name},
+        taints=tuple(taints),
+        tolerations=tuple(tolerations),
     )
 
 

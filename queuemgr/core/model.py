@@ -111,10 +111,31 @@ def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) ->
 class ResourceFlavor:
     name: FlavorName
     node_labels: Mapping[str, str] = field(default_factory=dict)
+    # Taints every node of the flavor counts as having (Kueue's nodeTaints).
     taints: tuple[Taint, ...] = ()
+    # Added to the pods admitted on this flavor (Kueue's tolerations): node fit takes a
+    # pod set placed here as tolerating its own tolerations and these.
+    tolerations: tuple[Toleration, ...] = ()
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_labels.items())
+
+    # Pickled as a list of its fields; state saved before a field existed (a simulator
+    # checkpoint) loads with that field's default.
+    def __getstate__(self) -> list[object]:
+        return [getattr(self, name) for name in _FLAVOR_FIELDS]
+
+    def __setstate__(self, state: Sequence[object]) -> None:
+        if len(state) > len(_FLAVOR_FIELDS):
+            raise ValueError(f"a flavor has {len(_FLAVOR_FIELDS)} fields, not {len(state)}")
+        for name, value in zip(_FLAVOR_FIELDS, state, strict=False):
+            object.__setattr__(self, name, value)
+        for name in _FLAVOR_FIELDS[len(state) :]:  # saved before the field existed
+            object.__setattr__(self, name, _FLAVOR_DEFAULTS[name])
+
+
+_FLAVOR_FIELDS = tuple(f.name for f in fields(ResourceFlavor))
+_FLAVOR_DEFAULTS: dict[str, object] = {"tolerations": ()}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,7 +8,9 @@ distinct free vector rather than one per node. This module builds the classes
 once per configuration and keeps the groups (the free index) up to date.
 
 What must stay true: a node belongs to the first flavor, by name, whose
-labels it carries, and only if it is schedulable; a class's resources are in
+labels it carries, and only if it is schedulable; a flavor's taints count as
+its nodes' own, and a pod set placed on a flavor tolerates what it tolerates
+itself and what the flavor's tolerations do; a class's resources are in
 key order (GPUs first, then by name), so comparing free vectors compares GPUs
 first; every group is sorted by node name; an index handed to a snapshot is
 never mutated (``reindex`` replaces groups, it does not edit them).
@@ -49,6 +51,8 @@ class NodeTopology:
         self, flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
     ) -> None:
         self.nodes = nodes
+        # What a pod set placed on a flavor tolerates beside its own tolerations.
+        self.tolerations = {name: f.tolerations for name, f in flavors.items()}
         self.flavor_of: dict[NodeName, FlavorName] = {}
         groups: dict[tuple[FlavorName, tuple[Taint, ...]], list[Node]] = {}
         flavor_names = sorted(flavors)
@@ -106,11 +110,9 @@ class NodeTopology:
         return hit
 
     def _match(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
-        return [
-            cls
-            for cls in self.by_flavor.get(flavor, ())
-            if tolerated(cls.taints, pod_set.tolerations)
-        ]
+        # A pod admitted on a flavor carries the flavor's tolerations too (Kueue's).
+        tolerations = pod_set.tolerations + self.tolerations.get(flavor, ())
+        return [cls for cls in self.by_flavor.get(flavor, ()) if tolerated(cls.taints, tolerations)]
 
     def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
         labels = self.nodes[name].labels

@@ -5,9 +5,10 @@ fragmentation complaint). Admission here needs a concrete placement.
 
 What must stay true: a placement puts every pod of every pod set on a
 schedulable node of the chosen flavor that matches the pod set's node
-selector and whose taints it tolerates, and no node's free capacity goes
-below zero. A gang is placed whole or not at all. Among equal choices the
-result is deterministic: best fit (least free first), then node name.
+selector and whose taints (the node's and the flavor's) it tolerates, by its
+own tolerations or the flavor's, and no node's free capacity goes below zero.
+A gang is placed whole or not at all. Among equal choices the result is
+deterministic: best fit (least free first), then node name.
 
 Speed: the node classes and free-capacity groups of core.node_topology make a
 fit test cost one division per distinct free vector rather than one per node. Node

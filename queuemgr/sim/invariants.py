@@ -14,7 +14,7 @@ engine does, and a violation is counted, never repaired. Rules checked:
   whole; a pod set with ``min_count`` at least that many times), all on nodes of one
   value of its required topology label, if any, on schedulable nodes of the admitted
   flavor that match the pod set's node selector and whose hard taints, and the
-  flavor's, it tolerates;
+  flavor's, it tolerates (by its own tolerations or the flavor's);
 - per node: the admitted pods' requests never exceed its allocatable, and
   the cache's free vector equals allocatable minus those requests;
 - per ClusterQueue and flavor: usage equals the cache's; without a cohort it
@@ -91,7 +91,8 @@ class InvariantChecker:
             if any(node.labels.get(k) != v for k, v in ps.node_selector.items()):
                 self._fail(f"{wid}: node {p.node} does not match pod set {ps.name}'s selector")
             # A flavor's taints hold on all its nodes (Kueue's nodeTaints).
-            if not tolerated(node.taints + flavor.taints, ps.tolerations):
+            # And a pod admitted on a flavor carries the flavor's tolerations.
+            if not tolerated(node.taints + flavor.taints, ps.tolerations + flavor.tolerations):
                 self._fail(f"{wid}: pod set {ps.name} does not tolerate node {p.node}'s taints")
         for ps in a.workload.pod_sets:
             # Whole, or (partial admission) between min_count and count.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 from queuemgr.core.cache import Cache
@@ -12,6 +14,7 @@ from queuemgr.core.model import (
     FlavorName,
     NodeName,
     PodSetPlacement,
+    Toleration,
 )
 from queuemgr.sim.invariants import InvariantChecker
 from queuemgr.spec.scenario import parse_scenario
@@ -77,3 +80,21 @@ def test_cache_drift_is_caught() -> None:
     checker.check_state([], snapshot)  # the cache holds a, the recount does not
     assert any("cache's free" in v for v in checker.violations)
     assert any("cache's usage" in v for v in checker.violations)
+
+
+def test_a_node_tolerated_by_the_flavors_tolerations_is_no_violation() -> None:
+    """The nodes are tainted; the pod set tolerates nothing, the flavor tolerates the taint:
+    a placement there is what node fit does, not a breach. Without the flavor's
+    toleration it is one."""
+    raw = copy.deepcopy(RAW)
+    raw["nodes"][0]["taints"] = [{"key": "spot", "effect": "NoSchedule"}]
+    config = parse_scenario(raw).config
+    spot = Toleration(key="spot", operator="Exists")
+    flavor = dataclasses.replace(config.flavors[FlavorName("gpu")], tolerations=(spot,))
+    tolerant = dataclasses.replace(config, flavors={flavor.name: flavor})
+    _cache, _checker, a = admitted(("n-0", 1), ("n-1", 1))
+    for cfg, violations in ((tolerant, 0), (config, 2)):
+        checker = InvariantChecker(cfg)
+        checker.check_admission(a)
+        assert len(checker.violations) == violations, checker.violations
+        assert all("does not tolerate" in v for v in checker.violations)
