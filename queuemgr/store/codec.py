@@ -163,7 +163,12 @@ def seconds(at: datetime) -> float:
 
 
 def flavor_json(f: ResourceFlavor) -> Json:
-    return {"name": f.name, "node_labels": dict(f.node_labels), "taints": taints(f.taints)}
+    return {
+        "name": f.name,
+        "node_labels": dict(f.node_labels),
+        "taints": taints(f.taints),
+        "tolerations": tolerations(f.tolerations),
+    }
 
 
 def node_json(n: Node) -> Json:

@@ -60,6 +60,7 @@ def _flavor_of(r: Row) -> ResourceFlavor:
         name=FlavorName(r["name"]),
         node_labels=dict(r["node_labels"]),
         taints=codec.taints_of(r["taints"]),
+        tolerations=codec.tolerations_of(r["tolerations"]),
     )
 
 

@@ -130,4 +130,5 @@ def flavor(conn: Connection, name: str) -> ResourceFlavor | None:
         name=FlavorName(row["name"]),
         node_labels=dict(row["node_labels"]),
         taints=codec.taints_of(row["taints"]),
+        tolerations=codec.tolerations_of(row["tolerations"]),
     )

@@ -84,6 +84,8 @@ class Flavor(Base):
     name: Mapped[str] = mapped_column(Text, primary_key=True)
     node_labels: Mapped[Json] = mapped_column(server_default=text("'{}'::jsonb"))
     taints: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # Added to the pods admitted on the flavor (migration 0019); [] tolerates nothing.
+    tolerations: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
 
 
 class Node(Base):
