@@ -72,6 +72,7 @@ class KubeController:
             discovery_interval=settings.kind_discovery_interval,
             managed_namespaces=settings.managed_namespaces,
             watch_timeout=settings.watch_timeout,
+            dra=bool(settings.device_classes),
         )
         self.backend = KubernetesBackend(
             self.watch,
@@ -103,7 +104,11 @@ class KubeController:
     def attach(self, elector: LeaderElector, metrics: SchedulerMetrics) -> None:
         """The parts that act only while leading."""
         self.sync = JobSync(
-            self.db, self.watch, is_leader=lambda: elector.is_leader, clock=self.clock
+            self.db,
+            self.watch,
+            is_leader=lambda: elector.is_leader,
+            clock=self.clock,
+            device_classes=self.settings.device_classes,
         )
         if self.settings.pods_ready is not None:
             self.readiness = PodsReadyCheck(

@@ -17,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from queuemgr.core.names import NameRule
+from queuemgr.core.resources import QuantityError, parse_resource_name
+from queuemgr.k8s.dra import DeviceClassMapping
 from queuemgr.k8s.selectors import LabelSelector
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
@@ -33,7 +36,9 @@ KEYS = (
     "stop_timeout",
     "start_concurrency",
     "pods_ready",
+    "device_classes",
 )
+DEVICE_CLASS_KEYS = ("device_class", "resource", "driver")
 PODS_READY_KEYS = ("enabled", "timeout", "backoff", "backoff_max", "requeue_limit")
 
 
@@ -63,6 +68,8 @@ class KubernetesSettings:
     stop_timeout: float = 30.0  # seconds a stop waits for the gang's pods to go
     start_concurrency: int = 8  # admitted gangs started (PATCHed) at once
     pods_ready: PodsReadySettings | None = field(default_factory=PodsReadySettings)
+    # DRA: which quota resource each DeviceClass is charged as (empty: claims not read).
+    device_classes: tuple[DeviceClassMapping, ...] = ()
 
 
 class KubeConfigError(InputError):
@@ -99,6 +106,8 @@ def parse_kubernetes(
             out[key] = y.integer(value, path, minimum=1)
         elif key == "pods_ready":
             out[key] = _pods_ready(value)
+        elif key == "device_classes":
+            out[key] = _device_classes(value)
     if kubeconfig_env:
         out["kubeconfig"] = Path(kubeconfig_env).expanduser()
     settings = KubernetesSettings(**out)  # type: ignore[arg-type]
@@ -124,3 +133,31 @@ def _pods_ready(raw: object) -> PodsReadySettings | None:
             section["requeue_limit"], "kubernetes.pods_ready.requeue_limit", minimum=0
         )
     return PodsReadySettings(**out)  # type: ignore[arg-type]
+
+
+def _device_classes(raw: object) -> tuple[DeviceClassMapping, ...]:
+    """``[{device_class, resource, driver?}]``: each class once; one driver's devices
+    count as one resource (a node's slices cannot tell two classes of it apart)."""
+    out: list[DeviceClassMapping] = []
+    seen: dict[str, str] = {}
+    drivers: dict[str, tuple[str, str]] = {}
+    for i, item in enumerate(y.sequence(raw or [], "kubernetes.device_classes")):
+        path = f"kubernetes.device_classes[{i}]"
+        entry = y.mapping(item, path, required=("device_class", "resource"), optional=("driver",))
+        name = y.name(entry["device_class"], f"{path}.device_class", NameRule.SUBDOMAIN)
+        y.unique(seen, name, f"{path}.device_class", "device class")
+        try:
+            resource = parse_resource_name(entry["resource"], field=f"{path}.resource")
+        except QuantityError as error:
+            raise KubeConfigError(str(error)) from None
+        driver = None
+        if entry.get("driver") is not None:
+            driver = y.name(entry["driver"], f"{path}.driver", NameRule.SUBDOMAIN)
+            first = drivers.setdefault(driver, (resource, path))
+            if first[0] != resource:
+                raise KubeConfigError(
+                    f"{path}.driver: driver {driver!r} is counted as {first[0]} at {first[1]};"
+                    f" its devices can be counted as one resource only, got {resource}"
+                )
+        out.append(DeviceClassMapping(device_class=name, resource=resource, driver=driver))
+    return tuple(out)

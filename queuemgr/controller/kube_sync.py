@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from queuemgr.controller.ports import Clock
 from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import Node, Workload, WorkloadId
+from queuemgr.core.resources import ResourceName, add
 from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import ClusterWatch, JobRef, Topic
+from queuemgr.k8s.dra import DeviceCharger, DeviceClassMapping, published_drivers, slice_devices
 from queuemgr.k8s.jobframework import parse_timestamp
 from queuemgr.k8s.jobs import owned_by_managed_kind
 from queuemgr.k8s.jobstatus import QueueStatus, annotation_patch
@@ -69,6 +72,7 @@ class JobSync(Worker):
         is_leader: Callable[[], bool],
         clock: Clock,
         batch: int = 500,
+        device_classes: Sequence[DeviceClassMapping] = (),
     ) -> None:
         super().__init__("queuemgr-kube-sync")
         self._db = db
@@ -85,6 +89,16 @@ class JobSync(Worker):
         self._upserted: dict[str, Node] = {}  # the last node written, to skip no-op upserts
         self._resync = True
         self._classes_changed = False
+        # DRA: claims charged by device class; each node's devices from ResourceSlices.
+        self._drivers = {d.driver: d.resource for d in device_classes if d.driver}
+        self._published: frozenset[str] = frozenset()
+        self._devices: dict[str, dict[ResourceName, int]] = {}
+        self._slices_changed = bool(self._drivers)
+        self._charger = (
+            DeviceCharger(device_classes, watch.claim_template, lambda d: d in self._published)
+            if device_classes
+            else None
+        )
         self.passes = 0  # batches handled (tests wait on it)
         watch.add_listener(self._on_change)
 
@@ -100,9 +114,11 @@ class JobSync(Worker):
                     self._node_deleted = True
             elif topic is Topic.NAMESPACE:
                 self._namespaces.add(key)
-            elif topic is Topic.PRIORITY_CLASS:
-                # A job that named a missing class waits unsubmitted: look again.
+            elif topic in (Topic.PRIORITY_CLASS, Topic.CLAIM_TEMPLATE):
+                # A job that named a missing class or template waits unsubmitted: look again.
                 self._classes_changed = True
+            elif topic is Topic.RESOURCE_SLICE:
+                self._slices_changed = bool(self._drivers)
             else:
                 return
         self._event.set()
@@ -149,6 +165,9 @@ class JobSync(Worker):
             namespaces, self._namespaces = self._namespaces, set()
             classes_changed, self._classes_changed = self._classes_changed, False
             node_deleted, self._node_deleted = self._node_deleted, False
+            slices_changed, self._slices_changed = self._slices_changed, False
+        if slices_changed:
+            nodes |= self._read_slices()
         if classes_changed:
             jobs |= {r.workload_id for r in self._watch.jobs()}
         if namespaces:
@@ -170,6 +189,19 @@ class JobSync(Worker):
         self.passes += 1
 
     # -- nodes -----------------------------------------------------------------------------
+    def _read_slices(self) -> set[str]:
+        """Re-count the mapped drivers' devices per node; the nodes whose count changed."""
+        slices = self._watch.resource_slices()
+        devices = slice_devices(slices, self._drivers)
+        self._published = published_drivers(slices)
+        changed = {
+            n
+            for n in devices.keys() | self._devices.keys()
+            if devices.get(n) != self._devices.get(n)
+        }
+        self._devices = devices
+        return changed
+
     def _sync_nodes(self, names: list[str]) -> None:
         changed: list[Node] = []
         for name in names:
@@ -178,6 +210,8 @@ class JobSync(Worker):
                 continue  # deleted: _retire_nodes' business
             try:
                 node = node_from_k8s(obj)
+                if self._devices.get(name):
+                    node = replace(node, allocatable=add(node.allocatable, self._devices[name]))
             except NodeError as error:
                 log.warning("node %s not taken: %s", name, error)
                 continue
@@ -251,7 +285,8 @@ class JobSync(Worker):
 
     def _workload(self, ref: JobRef) -> Workload:
         """The job's workload, with the priority of the PriorityClass it names."""
-        return ref.job.workload(priority=job_priority(ref.job, self._watch.priority_classes()))
+        priority = job_priority(ref.job, self._watch.priority_classes())
+        return ref.job.workload(priority=priority, devices=self._charger)
 
     def _resubmit(self, ref: JobRef) -> None:
         try:

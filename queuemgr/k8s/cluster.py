@@ -36,6 +36,7 @@ from typing import Any
 
 from kubernetes import client
 
+from queuemgr.k8s import dra as dra_api
 from queuemgr.k8s.jobapi import KindApi
 from queuemgr.k8s.jobframework import GenericJob
 from queuemgr.k8s.reflector import Change, Obj, Reflector, key_of
@@ -50,6 +51,8 @@ class Topic(enum.Enum):
     NODE = "node"
     NAMESPACE = "namespace"
     PRIORITY_CLASS = "priorityclass"
+    CLAIM_TEMPLATE = "resourceclaimtemplate"
+    RESOURCE_SLICE = "resourceslice"
 
 
 Listener = Callable[[Topic, Change, Obj], None]
@@ -114,6 +117,7 @@ class ClusterWatch:
         discovery_interval: float = 30.0,
         managed_namespaces: str = "",
         watch_timeout: int = 300,
+        dra: bool = False,
     ) -> None:
         core = client.CoreV1Api(api_client)
         self._listeners: list[Listener] = []
@@ -154,6 +158,30 @@ class ClusterWatch:
             if managed_namespaces.strip()
             else None
         )
+        # DRA (only when device classes are mapped: older clusters serve no resource.k8s.io/v1).
+        self._dra: tuple[Reflector, Reflector] | None = None
+        if dra:
+            custom = client.CustomObjectsApi(api_client)
+
+            def resource(plural: str) -> Callable[..., Any]:
+                return lambda **kwargs: custom.list_cluster_custom_object(
+                    dra_api.GROUP, dra_api.VERSION, plural, **kwargs
+                )
+
+            self._dra = (
+                Reflector(
+                    dra_api.CLAIM_TEMPLATES,
+                    resource(dra_api.CLAIM_TEMPLATES),
+                    on(Topic.CLAIM_TEMPLATE),
+                    watch_timeout=watch_timeout,
+                ),
+                Reflector(
+                    dra_api.RESOURCE_SLICES,
+                    resource(dra_api.RESOURCE_SLICES),
+                    on(Topic.RESOURCE_SLICE),
+                    watch_timeout=watch_timeout,
+                ),
+            )
 
     def _job_reflector(self, api: KindApi) -> Reflector:
         def changed(change: Change, obj: Obj) -> None:
@@ -169,6 +197,7 @@ class ClusterWatch:
     @property
     def reflectors(self) -> list[Reflector]:
         extra = [] if self._namespaces is None else [self._namespaces]
+        extra += list(self._dra or ())
         jobs = [r for _, r in self._kinds]
         return [*jobs, self._pod_reflector, self._nodes, self._priorities, *extra]
 
@@ -272,6 +301,13 @@ class ClusterWatch:
 
     def priority_classes(self) -> list[Obj]:
         return self._priorities.items()
+
+    def claim_template(self, namespace: str, name: str) -> Obj | None:
+        """A ResourceClaimTemplate as last seen (None without DRA, or when there is none)."""
+        return None if self._dra is None else self._dra[0].get(f"{namespace}/{name}")
+
+    def resource_slices(self) -> list[Obj]:
+        return [] if self._dra is None else self._dra[1].items()
 
     def managed(self, namespace: str) -> bool:
         return self._namespaces is None or self._namespaces.get(namespace) is not None

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, cast
 
 from queuemgr.core.model import PodSet, Workload
 from queuemgr.k8s import manifest as m
+from queuemgr.k8s.dra import NO_CHARGE, DeviceCharger
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import Patch, Token, remove_value, set_value
 from queuemgr.k8s.placement import Finished, Placement
@@ -47,6 +48,8 @@ PLACEMENT_ANNOTATION = "queuemgr.io/placement"
 ORIGINAL_SELECTORS_ANNOTATION = "queuemgr.io/original-node-selectors"
 # Count fields a partial admission scaled down, as they were, so that suspension restores them.
 ORIGINAL_COUNTS_ANNOTATION = "queuemgr.io/original-counts"
+# Kueue's limit on a workload's pod sets; the store's queuemgr_submit holds the same.
+MAX_POD_SETS = 8
 
 
 def parse_timestamp(value: str, path: str) -> float:
@@ -152,15 +155,37 @@ class GenericJob:
                 return name, path
         return None
 
-    def pod_sets(self) -> tuple[PodSet, ...]:
+    def pod_sets(self, devices: DeviceCharger | None = None) -> tuple[PodSet, ...]:
+        """The job's pod sets; with ``devices``, each pod is charged its DRA claims."""
         out = []
-        for t in self.templates():
+        templates = self.templates()
+        if len(templates) > MAX_POD_SETS:
+            raise ManifestError(
+                json_path(templates[MAX_POD_SETS].tokens),
+                len(templates),
+                f"a job has at most {MAX_POD_SETS} pod sets (templates), got",
+            )
+        for t in templates:
             parent = self._at(t.tokens[:-1])
             if t.default is not None and t.tokens[-1] not in parent:
                 template: Mapping[str, Any] = t.default
             else:
                 template = m.required_mapping(parent, str(t.tokens[-1]), json_path(t.tokens[:-1]))
-            out.append(pod_set(t.name, t.count, template, t.path, min_count=t.min_count))
+            charge = NO_CHARGE
+            if devices is not None:
+                spec = m.required_mapping(template, "spec", t.path)
+                charge = devices.charge(spec, m.child(t.path, "spec"), self.namespace)
+            out.append(
+                pod_set(
+                    t.name,
+                    t.count,
+                    template,
+                    t.path,
+                    min_count=t.min_count,
+                    devices=charge.requests,
+                    quota_only=charge.quota_only,
+                )
+            )
         return tuple(out)
 
     def is_suspended(self) -> bool:
@@ -227,8 +252,15 @@ class GenericJob:
                 )
         return None
 
-    def workload(self, *, created_at: float | None = None, priority: int = 0) -> Workload:
-        """The core workload for this job (``created_at`` defaults to its creation time)."""
+    def workload(
+        self,
+        *,
+        created_at: float | None = None,
+        priority: int = 0,
+        devices: DeviceCharger | None = None,
+    ) -> Workload:
+        """The core workload for this job (``created_at`` defaults to its creation time;
+        ``devices`` charges its pods' DRA claims)."""
         if created_at is None:
             stamp = m.string(m.mapping(self.obj, "metadata", ""), "creationTimestamp", "metadata")
             created_at = parse_timestamp(stamp, "metadata.creationTimestamp") if stamp else 0.0
@@ -236,7 +268,7 @@ class GenericJob:
             namespace=self.namespace,
             name=self.name,
             queue=self.queue_name() or "",
-            pod_sets=self.pod_sets(),
+            pod_sets=self.pod_sets(devices),
             priority=priority,
             created_at=created_at,
             max_runtime=self.max_runtime(),

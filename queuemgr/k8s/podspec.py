@@ -134,8 +134,12 @@ def pod_set(
     path: str,
     *,
     min_count: int | None = None,
+    devices: Mapping[ResourceName, int] | None = None,
+    quota_only: frozenset[ResourceName] = frozenset(),
 ) -> PodSet:
-    """The pod set of ``count`` pods made from ``template`` (a PodTemplateSpec at ``path``)."""
+    """The pod set of ``count`` pods made from ``template`` (a PodTemplateSpec at ``path``);
+    ``devices`` are per-pod DRA charges added to its requests (``quota_only`` of them
+    placed on no node)."""
     spec_path = m.child(path, "spec")
     spec = m.required_mapping(template, "spec", path)
     notes = m.string_map(m.mapping(template, "metadata", path), "annotations", f"{path}.metadata")
@@ -150,7 +154,8 @@ def pod_set(
     return PodSet(
         name=name,
         count=count,
-        requests=effective_requests(spec, spec_path),
+        requests=add(effective_requests(spec, spec_path), devices or {}),
+        quota_only=quota_only,
         node_selector=m.string_map(spec, "nodeSelector", spec_path),
         tolerations=tolerations(spec, spec_path),
         topology_required=required,

@@ -31,6 +31,7 @@ from typing import Any
 from queuemgr.core.model import PodSet
 from queuemgr.core.resources import add
 from queuemgr.k8s import manifest as m
+from queuemgr.k8s.dra import DeviceCharger
 from queuemgr.k8s.jobframework import GenericJob, Template
 from queuemgr.k8s.kinds.raycluster import cluster_templates
 from queuemgr.k8s.manifest import ManifestError
@@ -79,8 +80,8 @@ class RayJob(GenericJob):
             )
         return out
 
-    def pod_sets(self) -> tuple[PodSet, ...]:
-        sets = super().pod_sets()
+    def pod_sets(self, devices: DeviceCharger | None = None) -> tuple[PodSet, ...]:
+        sets = super().pod_sets(devices)
         if self._mode(m.required_mapping(self.obj, "spec", "")) != "SidecarMode":
             return sets
         container = DEFAULT_SUBMITTER["spec"]["containers"][0]

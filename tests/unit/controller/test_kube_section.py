@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 from queuemgr.controller.kube_readiness import expected_pods, requeue_count
 from queuemgr.controller.kube_section import PodsReadySettings
 from queuemgr.controller.kube_sync import owned_by_managed_kind
+from queuemgr.core.resources import ResourceName
+from queuemgr.k8s.dra import DeviceClassMapping
 from queuemgr.service.settings import ConfigError, load_config
 
 FULL = """
@@ -63,13 +66,58 @@ def test_defaults_and_turning_readiness_off(tmp_path: Path) -> None:
         ("kubernetes: {qps: 5, status_qps: 10}", "kubernetes.status_qps"),
         ("kubernetes: {pods_ready: {timeout: -1}}", "kubernetes.pods_ready.timeout"),
         ("kubernetes: {pods_ready: {requeue_limit: x}}", "kubernetes.pods_ready.requeue_limit"),
+        ("kubernetes: {device_classes: {a: b}}", "kubernetes.device_classes"),
+        (
+            "kubernetes: {device_classes: [{device_class: gpu.example.com}]}",
+            "kubernetes.device_classes[0].resource",
+        ),
+        (
+            "kubernetes: {device_classes: [{device_class: Bad_Name, resource: example.com/gpu}]}",
+            "kubernetes.device_classes[0].device_class",
+        ),
+        (
+            "kubernetes: {device_classes: [{device_class: g.example.com, resource: 'a b'}]}",
+            "kubernetes.device_classes[0].resource",
+        ),
+        (
+            "kubernetes: {device_classes: [{device_class: g.example.com, resource: x/gpu},"
+            " {device_class: g.example.com, resource: x/gpu}]}",
+            "kubernetes.device_classes[1].device_class",
+        ),
+        (
+            "kubernetes: {device_classes: [{device_class: a.example.com, resource: x/gpu,"
+            " driver: d.example.com}, {device_class: b.example.com, resource: x/mig,"
+            " driver: d.example.com}]}",
+            "kubernetes.device_classes[1].driver",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(tmp_path: Path, text: str, named: str) -> None:
     path = tmp_path / "serve.yaml"
     path.write_text(text + "\n")
-    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(named)):
         load_config(path, env={})
+
+
+def test_device_classes_map_to_quota_resources(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text(
+        "kubernetes:\n  device_classes:\n"
+        "    - {device_class: gpu.example.com, resource: example.com/gpu,\n"
+        "       driver: gpu.example.com}\n"
+        "    - {device_class: fpga.example.com, resource: example.com/fpga}\n"
+    )
+    got = load_config(path, env={}).kubernetes.device_classes
+    assert got == (
+        DeviceClassMapping(
+            device_class="gpu.example.com",
+            resource=ResourceName("example.com/gpu"),
+            driver="gpu.example.com",
+        ),
+        DeviceClassMapping(
+            device_class="fpga.example.com", resource=ResourceName("example.com/fpga")
+        ),
+    )
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:

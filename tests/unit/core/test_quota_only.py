@@ -1,4 +1,7 @@
-"""Quota-only resources: charged against quota, left out of node fit (DRA devices no node reports)."""
+"""Quota-only resources: charged against quota, left out of node fit.
+
+They are DRA devices that no node reports (no ResourceSlices published).
+"""
 
 from __future__ import annotations
 
