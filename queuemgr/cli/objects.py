@@ -11,20 +11,22 @@ naming the flag); deletes refuse objects still in use, naming the users
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from queuemgr.cli.common import database, key_values
-from queuemgr.cli.errors import CliError, handled, not_found
+from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.cli.output import emit, output_option, print_fields, print_table
 from queuemgr.core.model import (
     FlavorName,
     ResourceFlavor,
+    Toleration,
 )
 from queuemgr.core.snapshot import Config
-from queuemgr.spec.objects import parse_taints
+from queuemgr.spec.objects import TOLERATION_SYNTAX, parse_taints, toleration_of_text
 from queuemgr.store import admin, codec
 from queuemgr.store.audit import os_actor
 from queuemgr.store.config_objects import load_config, upsert_flavor
@@ -35,14 +37,33 @@ def flavor() -> None:
     """ResourceFlavors: GPU models or node pools, selected by node labels."""
 
 
+_TOLERATION = click.option(
+    "--toleration",
+    "tolerations",
+    multiple=True,
+    metavar="KEY=VALUE:EFFECT",
+    help=(
+        "Toleration added to the pods admitted on the flavor (repeatable): "
+        f"{TOLERATION_SYNTAX}; KEY alone: operator Exists; no EFFECT: every effect."
+    ),
+)
+
+
+def _tolerations(given: tuple[str, ...]) -> tuple[Toleration, ...]:
+    return tuple(toleration_of_text(raw, "--toleration") for raw in given)
+
+
 @flavor.command("create")
 @click.argument("name")
 @click.option(
     "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Node label (repeatable)."
 )
 @click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="Taint.")
+@_TOLERATION
 @handled
-def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -> None:
+def flavor_create(
+    name: str, labels: tuple[str, ...], taints: tuple[str, ...], tolerations: tuple[str, ...]
+) -> None:
     """Create ResourceFlavor NAME."""
     check_name(name, "NAME", SUBDOMAIN)
     raw_taints = []
@@ -54,12 +75,34 @@ def flavor_create(name: str, labels: tuple[str, ...], taints: tuple[str, ...]) -
         name=FlavorName(name),
         node_labels=key_values(labels, "--label"),
         taints=parse_taints(raw_taints, "--taint"),
+        tolerations=_tolerations(tolerations),
     )
     with database() as db, db.write() as conn:
         if FlavorName(name) in load_config(conn)[0].flavors:
             raise CliError(f"flavor {name!r} already exists")
         upsert_flavor(conn, f, actor=os_actor())
     click.echo(f"resourceflavor {name} created")
+
+
+@flavor.command("edit")
+@click.argument("name")
+@_TOLERATION
+@click.option("--clear-tolerations", is_flag=True, help="Add no tolerations to the flavor's pods.")
+@handled
+def flavor_edit(name: str, tolerations: tuple[str, ...], clear_tolerations: bool) -> None:
+    """Change the tolerations of ResourceFlavor NAME: --toleration replaces them all."""
+    if tolerations and clear_tolerations:
+        raise BadInput("--toleration: cannot be combined with --clear-tolerations")
+    new = _tolerations(tolerations)
+    with database() as db, db.write() as conn:
+        flavors = load_config(conn)[0].flavors
+        old = flavors.get(FlavorName(name))
+        if old is None:
+            raise not_found("flavor", name, flavors)
+        changed = False
+        if tolerations or clear_tolerations:
+            changed = upsert_flavor(conn, replace(old, tolerations=new), actor=os_actor())
+    click.echo(f"resourceflavor {name} {'edited' if changed else 'unchanged'}")
 
 
 @flavor.command("delete")
@@ -93,17 +136,38 @@ def flavor_list(output: str) -> None:
     emit({"flavors": _flavor_docs(config)}, output, _flavor_table)
 
 
+def _labels_text(d: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(d["node_labels"].items())) or "-"
+
+
+def _taints_text(d: dict[str, Any]) -> str:
+    return ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in d["taints"]) or "-"
+
+
+def toleration_text(t: dict[str, Any]) -> str:
+    """A stored toleration as ``--toleration`` spells it (``*``: every taint)."""
+    effect = f":{t['effect']}" if t["effect"] else ""
+    if t["operator"] == "Equal":
+        return f"{t['key']}={t['value']}{effect}"
+    return f"{t['key']}{effect}" or "*"
+
+
+def _tolerations_text(d: dict[str, Any]) -> str:
+    return ",".join(toleration_text(t) for t in d["tolerations"]) or "-"
+
+
 def _flavor_table(doc: dict[str, Any]) -> None:
     rows = [
         (
             d["name"],
-            ",".join(f"{k}={v}" for k, v in sorted(d["node_labels"].items())) or "-",
-            ",".join(f"{t['key']}={t['value']}:{t['effect']}" for t in d["taints"]) or "-",
+            _labels_text(d),
+            _taints_text(d),
+            _tolerations_text(d),
             ", ".join(d["cluster_queues"]) or "-",
         )
         for d in doc["flavors"]
     ]
-    print_table(None, ("NAME", "NODE LABELS", "TAINTS", "CLUSTERQUEUES"), rows)
+    print_table(None, ("NAME", "NODE LABELS", "TAINTS", "TOLERATIONS", "CLUSTERQUEUES"), rows)
 
 
 @flavor.command("describe")
@@ -112,7 +176,21 @@ def _flavor_table(doc: dict[str, Any]) -> None:
 @handled
 def flavor_describe(name: str, output: str) -> None:
     """ResourceFlavor NAME."""
-    describe_object("flavor", name, output, _flavor_docs, lambda config: config.flavors)
+    describe_object(
+        "flavor", name, output, _flavor_docs, lambda config: config.flavors, _flavor_describe
+    )
+
+
+def _flavor_describe(d: dict[str, Any]) -> None:
+    print_fields(
+        [
+            ("Name", d["name"]),
+            ("Node labels", _labels_text(d)),
+            ("Taints", _taints_text(d)),
+            ("Tolerations", _tolerations_text(d)),
+            ("ClusterQueues", ", ".join(d["cluster_queues"]) or "-"),
+        ]
+    )
 
 
 def delete_object(

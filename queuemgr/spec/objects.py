@@ -67,6 +67,7 @@ def parse_taints(raw: object, path: str) -> tuple[Taint, ...]:
 
 
 def parse_tolerations(raw: object, path: str) -> tuple[Toleration, ...]:
+    """A pod set's or a flavor's ``tolerations``: ``[{key, operator, value, effect}]``."""
     out: list[Toleration] = []
     for i, item in enumerate(y.sequence(raw, path)):
         p = at(path, i)
@@ -85,6 +86,24 @@ def parse_tolerations(raw: object, path: str) -> tuple[Toleration, ...]:
             effect = y.choice(TaintEffect, m["effect"], at(p, "effect"))
         out.append(Toleration(key=key, operator=operator, value=value, effect=effect))
     return tuple(out)
+
+
+TOLERATION_SYNTAX = "KEY=VALUE[:EFFECT], KEY[:EFFECT] or :EFFECT"
+
+
+def toleration_of_text(raw: str, flag: str) -> Toleration:
+    """A ``--toleration``, spelled as a ``--taint`` is: ``KEY=VALUE[:EFFECT]`` (operator
+    Equal), ``KEY[:EFFECT]`` (Exists) or ``:EFFECT`` (Exists, every key); without an
+    effect it tolerates every effect. Keys and values hold neither ``=`` nor ``:``."""
+    where = f"{flag} {shown(raw)}"
+    body, colon, effect_text = raw.partition(":")
+    key, eq, value = body.partition("=")
+    if eq and not key:
+        raise ScenarioError(f"{where}: KEY=VALUE needs a key (:EFFECT alone tolerates any key)")
+    if (colon and not effect_text) or (not key and not colon):
+        raise ScenarioError(f"{where}: expected {TOLERATION_SYNTAX}")
+    effect = y.choice(TaintEffect, effect_text, f"{where}: effect") if colon else None
+    return Toleration(key=key, operator="Equal" if eq else "Exists", value=value, effect=effect)
 
 
 def parse_pod_set(raw: object, path: str) -> PodSet:

@@ -46,6 +46,7 @@ from queuemgr.spec.objects import (
     parse_quotas,
     parse_resource_weights,
     parse_taints,
+    parse_tolerations,
     resources,
 )
 
@@ -98,13 +99,16 @@ def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:
     seen: dict[str, str] = {}
     for i, item in enumerate(y.sequence(raw, "flavors")):
         p = at("flavors", i)
-        m = y.mapping(item, p, required=("name",), optional=("node_labels", "taints"))
+        m = y.mapping(
+            item, p, required=("name",), optional=("node_labels", "taints", "tolerations")
+        )
         fname = FlavorName(y.name(m["name"], at(p, "name"), NameRule.SUBDOMAIN))
         y.unique(seen, fname, p, "flavor")
         out[fname] = ResourceFlavor(
             name=fname,
             node_labels=y.string_map(m.get("node_labels", {}), at(p, "node_labels")),
             taints=parse_taints(m.get("taints", []), at(p, "taints")),
+            tolerations=parse_tolerations(m.get("tolerations", []), at(p, "tolerations")),
         )
     return out
 
