@@ -178,7 +178,7 @@ def test_examples_and_the_upgrade_job_are_valid() -> None:
             crds += 1  # no schema for CRDs: queuemgr's own parser reads them below
         else:
             validate(obj)
-    assert crds == 2
+    assert crds == 4  # JobSet, PyTorchJob, RayJob, RayCluster
 
 
 # -- the pieces agree ---------------------------------------------------------------
@@ -297,6 +297,8 @@ EXPECTED_RULES = {
     ("", "nodes", ""): {"get", "list", "watch"},
     ("", "namespaces", ""): {"get", "list", "watch"},
     ("scheduling.k8s.io", "priorityclasses", ""): {"list", "watch"},
+    ("resource.k8s.io", "resourceclaimtemplates", ""): {"list", "watch"},
+    ("resource.k8s.io", "resourceslices", ""): {"list", "watch"},
     (
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
@@ -387,7 +389,7 @@ def test_example_jobs_pass_the_webhook_against_the_example_queues() -> None:
             settings=WebhookSettings(),
         )
         assert problems == [], f"{path.name}: {problems}"
-    assert seen == {"Job", "JobSet", "PyTorchJob"}
+    assert seen == {"Job", "JobSet", "PyTorchJob", "RayJob", "RayCluster"}
 
 
 # -- the cert-manager variant -------------------------------------------------------

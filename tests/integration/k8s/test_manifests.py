@@ -186,7 +186,7 @@ def test_the_examples_are_accepted(k8s_client: client.ApiClient, namespace: str)
         created = api.create(body=body, namespace=namespace, dry_run="All")
         assert created.metadata.name == obj["metadata"]["name"], path
         kinds.add(obj["kind"])
-    assert kinds == {"Job", "JobSet", "PyTorchJob"}
+    assert kinds == {"Job", "JobSet", "PyTorchJob", "RayJob", "RayCluster"}
     assert (EXAMPLES / "queues.yaml").exists()
 
 
