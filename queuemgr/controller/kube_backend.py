@@ -66,6 +66,8 @@ def workload_label_patch(job: GenericJob) -> Patch:
     """Label every pod template with the workload, so its pods can be watched."""
     patch = Patch()
     for t in job.templates():
+        if not job.in_object(t):
+            continue  # a default template: nothing to label (and a patch would create it)
         if _labels_at(job.obj, t.tokens).get(WORKLOAD_LABEL) != job.name:
             patch += set_value(job.obj, (*t.tokens, "metadata", "labels", WORKLOAD_LABEL), job.name)
     return patch

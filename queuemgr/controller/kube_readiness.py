@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from queuemgr.controller.kube_backend import KubernetesBackend
@@ -68,14 +69,20 @@ def requeue_count(obj: Obj) -> int:
     return int(raw) if str(raw).isdigit() else 0
 
 
-def expected_pods(obj: Obj, fallback: int) -> int:
-    """Pods the admission placed (from the placement annotation), else ``fallback``."""
+def expected_pods(obj: Obj, fallback: int, unlabelled: Collection[str] = ()) -> int:
+    """Pods the admission placed (from the placement annotation), else ``fallback``;
+    the pods of the ``unlabelled`` pod sets are not watched, so not expected."""
     raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(PLACEMENT_ANNOTATION)
     if not raw:
         return fallback
     try:
         record: Any = json.loads(raw)
-        placed = [int(n) for ps in record["podSets"].values() for n in ps["nodes"].values()]
+        placed = [
+            int(n)
+            for name, ps in record["podSets"].items()
+            if name not in unlabelled
+            for n in ps["nodes"].values()
+        ]
     except (ValueError, TypeError, KeyError, AttributeError):
         return fallback
     return sum(placed) or fallback
@@ -147,11 +154,14 @@ class PodsReadyCheck(Worker):
         ref = self._watch.job(wid)
         if ref is None:
             return
+        job = ref.job
         try:
-            fallback = sum(ps.count for ps in ref.job.pod_sets())
+            # A default template's pods (a RayJob's submitter) carry no workload label.
+            unlabelled = {t.name for t in job.templates() if not job.in_object(t)}
+            fallback = sum(ps.count for ps in job.pod_sets() if ps.name not in unlabelled)
         except ManifestError:
             return
-        expected = expected_pods(ref.obj, fallback)
+        expected = expected_pods(ref.obj, fallback, unlabelled)
         ready = sum(pod_ready(p) for p in self._watch.pods(wid))
         if ready >= expected:
             self._ready.add((wid, row.admitted_at))

@@ -18,9 +18,14 @@ What must stay true:
 - ``run_with`` sets each pod template's node selector to the one the user
   wrote plus the flavor's labels (and the topology domain, if any), records
   the user's selectors once in an annotation so that a later admission to
-  another flavor starts from them again, and records the placement;
-  ``suspend`` only suspends and drops the placement record (a running
-  ``batch/v1`` Job's template is immutable until it is suspended);
+  another flavor starts from them again, and records the placement; it adds
+  the flavor's tolerations to each template's own (none twice), recording the
+  user's tolerations once in an annotation the same way; ``suspend`` suspends,
+  drops the placement record and puts the user's tolerations back exactly,
+  except on a kind whose running template is immutable (a ``batch/v1`` Job):
+  there that waits for a ``suspend()`` of the suspended job, and meanwhile the
+  next ``run_with`` starts from the recorded ones; it never restores the node
+  selectors;
 - errors in the object are :class:`~queuemgr.k8s.manifest.ManifestError`\\ s
   naming the JSON path.
 """
@@ -39,7 +44,7 @@ from queuemgr.k8s import manifest as m
 from queuemgr.k8s.dra import NO_CHARGE, DeviceCharger
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import Patch, Token, remove_value, set_value
-from queuemgr.k8s.placement import Finished, Placement
+from queuemgr.k8s.placement import Finished, Placement, toleration_json
 from queuemgr.k8s.podspec import pod_set
 
 QUEUE_LABEL = "queuemgr.io/queue-name"
@@ -48,6 +53,9 @@ PLACEMENT_ANNOTATION = "queuemgr.io/placement"
 ORIGINAL_SELECTORS_ANNOTATION = "queuemgr.io/original-node-selectors"
 # Count fields a partial admission scaled down, as they were, so that suspension restores them.
 ORIGINAL_COUNTS_ANNOTATION = "queuemgr.io/original-counts"
+# Each pinned template's tolerations before the flavor's were added (null: the field was
+# absent), so that suspension restores them and another flavor's admission starts anew.
+ORIGINAL_TOLERATIONS_ANNOTATION = "queuemgr.io/original-tolerations"
 # Kueue's limit on a workload's pod sets; the store's queuemgr_submit holds the same.
 MAX_POD_SETS = 8
 
@@ -98,6 +106,10 @@ class GenericJob:
     SUSPEND: ClassVar[tuple[str, ...]]  # path of the suspend flag
     SUCCEEDED: ClassVar[str]  # terminal condition types
     FAILED: ClassVar[str]
+    # The API server refuses a change of the pod templates in the request that suspends
+    # the running job (a ``batch/v1`` Job's scheduling directives may change only while
+    # it is suspended), so ``suspend`` restores the tolerations only once it is.
+    TEMPLATE_FROZEN_WHILE_RUNNING: ClassVar[bool] = False
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
         if not isinstance(obj, Mapping):
@@ -188,6 +200,11 @@ class GenericJob:
             )
         return tuple(out)
 
+    def in_object(self, t: Template) -> bool:
+        """Whether template ``t`` is in the object; a kind's default one (a RayJob's
+        submitter) is not: its controller writes the pods, which carry none of our labels."""
+        return t.default is None or t.tokens[-1] in self._at(t.tokens[:-1])
+
     def is_suspended(self) -> bool:
         holder = self._at(self.SUSPEND[:-1])
         return m.boolean(holder, self.SUSPEND[-1], json_path(self.SUSPEND[:-1]), default=False)
@@ -205,10 +222,14 @@ class GenericJob:
                         else set_value(self.obj, t.count_field, value)
                     )
             patch += remove_value(self.obj, ("metadata", "annotations", ORIGINAL_COUNTS_ANNOTATION))
+        if self.is_suspended() or not self.TEMPLATE_FROZEN_WHILE_RUNNING:
+            patch += self._restore_tolerations()
         return patch + remove_value(self.obj, ("metadata", "annotations", PLACEMENT_ANNOTATION))
 
     def run_with(self, placement: Placement) -> Patch:
         originals = self._original_selectors()
+        tolerations = self._original_tolerations()
+        added = [toleration_json(t) for t in placement.tolerations]
         patch = Patch()
         notes: dict[str, str] = {}
         scaled: dict[str, int | None] = {}
@@ -228,12 +249,16 @@ class GenericJob:
             if assignment is not None and assignment.topology is not None:
                 selector[assignment.topology[0]] = assignment.topology[1]
             patch += set_value(self.obj, (*t.tokens, "spec", "nodeSelector"), selector)
+            patch += self._set_tolerations(t, tolerations.get(t.name), added)
         notes[PLACEMENT_ANNOTATION] = placement.record()
         if scaled and ORIGINAL_COUNTS_ANNOTATION not in m.annotation_map(self.obj):
             notes[ORIGINAL_COUNTS_ANNOTATION] = json.dumps(scaled, sort_keys=True)
         if ORIGINAL_SELECTORS_ANNOTATION not in m.annotation_map(self.obj):
             recorded = json.dumps(originals, sort_keys=True, separators=(",", ":"))
             notes[ORIGINAL_SELECTORS_ANNOTATION] = recorded
+        if added and ORIGINAL_TOLERATIONS_ANNOTATION not in m.annotation_map(self.obj):
+            recorded = json.dumps(tolerations, sort_keys=True, separators=(",", ":"))
+            notes[ORIGINAL_TOLERATIONS_ANNOTATION] = recorded
         patch += set_annotations(self.obj, notes)
         return patch + set_value(self.obj, self.SUSPEND, False)
 
@@ -338,6 +363,76 @@ class GenericJob:
         ):
             raise ManifestError(path, recorded, "expected {pod set: {label: value}}, got")
         return {str(k): dict(v) for k, v in raw.items()}
+
+    def _pinned(self) -> list[Template]:
+        """The templates ``run_with`` writes into: those the object holds."""
+        return [
+            t
+            for t in self.templates()
+            if t.default is None or t.tokens[-1] in self._at(t.tokens[:-1])
+        ]
+
+    def _original_tolerations(self) -> dict[str, list[Any] | None]:
+        """Pinned template -> its tolerations as the user wrote them (None: no such field):
+        as recorded by ``run_with``, else as the templates hold them now."""
+        recorded = m.annotation_map(self.obj).get(ORIGINAL_TOLERATIONS_ANNOTATION)
+        if recorded is None:
+            out: dict[str, list[Any] | None] = {}
+            for t in self._pinned():
+                raw = self._at((*t.tokens, "spec")).get("tolerations")
+                if raw is not None and not isinstance(raw, list):
+                    path = f"{t.path}.spec.tolerations"
+                    raise ManifestError(path, raw, "expected a list, got")
+                out[t.name] = None if raw is None else copy.deepcopy(raw)
+            return out
+        path = f"metadata.annotations[{ORIGINAL_TOLERATIONS_ANNOTATION}]"
+        try:
+            raw = json.loads(recorded)
+        except ValueError:
+            raise ManifestError(path, recorded, "bad JSON") from None
+        if not isinstance(raw, dict) or not all(
+            v is None or (isinstance(v, list) and all(isinstance(x, dict) for x in v))
+            for v in raw.values()
+        ):
+            raise ManifestError(path, recorded, "expected {pod set: [toleration] or null}, got")
+        return {str(k): v for k, v in raw.items()}
+
+    def _set_tolerations(
+        self, t: Template, original: list[Any] | None, added: list[dict[str, str]]
+    ) -> Patch:
+        """The template's tolerations: the user's, then each of ``added`` not among them."""
+        tokens = (*t.tokens, "spec", "tolerations")
+        if original is None and not added:
+            return remove_value(self.obj, tokens)
+        wanted = list(original or [])
+        for toleration in added:
+            if not any(_same_toleration(toleration, have) for have in wanted):
+                wanted.append(toleration)
+        return set_value(self.obj, tokens, wanted)
+
+    def _restore_tolerations(self) -> Patch:
+        """Each pinned template's tolerations back to the recorded ones, exactly, and the
+        record dropped; nothing when ``run_with`` recorded none."""
+        if ORIGINAL_TOLERATIONS_ANNOTATION not in m.annotation_map(self.obj):
+            return Patch()
+        patch = Patch()
+        originals = self._original_tolerations()
+        for t in self._pinned():
+            if t.name in originals:
+                patch += self._set_tolerations(t, originals[t.name], [])
+        tokens = ("metadata", "annotations", ORIGINAL_TOLERATIONS_ANNOTATION)
+        return patch + remove_value(self.obj, tokens)
+
+
+def _same_toleration(ours: Mapping[str, str], theirs: object) -> bool:
+    """Whether a template's toleration says what ``ours`` (as ``toleration_json`` writes
+    it) says: the operator defaults to Equal, empty fields are absent; one with
+    ``tolerationSeconds`` is another toleration."""
+    if not isinstance(theirs, Mapping):
+        return False
+    spelled = {k: v for k, v in theirs.items() if v not in ("", None)}
+    spelled.setdefault("operator", "Equal")
+    return spelled == ours
 
 
 def _put(obj: Any, tokens: Sequence[Token], value: int | None) -> None:

@@ -26,13 +26,13 @@ from kubernetes.client.exceptions import ApiException
 
 from queuemgr.k8s.jobframework import QUEUE_LABEL, GenericJob
 from queuemgr.k8s.jobs import KINDS, job_for
-
-PENDING_CONDITION = "QueuemgrPending"
-ADMITTED_CONDITION = "QueuemgrAdmitted"
-REASON_ANNOTATION = "queuemgr.io/reason"
-MESSAGE_ANNOTATION = "queuemgr.io/message"
-POSITION_ANNOTATION = "queuemgr.io/position"
-ETA_ANNOTATION = "queuemgr.io/eta"
+from queuemgr.k8s.jobstatus import (
+    ADMITTED_CONDITION,
+    ETA_ANNOTATION,
+    PENDING_CONDITION,
+    POSITION_ANNOTATION,
+    REASON_ANNOTATION,
+)
 
 Obj = dict[str, Any]
 
@@ -185,9 +185,13 @@ def status(obj: Mapping[str, Any]) -> Obj:
     else:
         state = "Pending"
         c = conditions.get(PENDING_CONDITION) or {}
-        reason = c.get("reason") or notes.get(REASON_ANNOTATION) or "Created"
-        message = c.get("message") or notes.get(MESSAGE_ANNOTATION) or ""
-    position = notes.get(POSITION_ANNOTATION)
+        # The annotation is "Code: message" (QueueStatus.summary); a kind whose status
+        # keeps no conditions (RayJob) has only the annotation.
+        code, _, said = (notes.get(REASON_ANNOTATION) or "").partition(": ")
+        reason = c.get("reason") or code or "Created"
+        message = c.get("message") or said
+    # "2 in LocalQueue default, 5 in ClusterQueue team-a": the first is the tenant's own.
+    position = (notes.get(POSITION_ANNOTATION) or "").split(" ", 1)[0]
     gpus = sum(
         ps.count * v for ps in job.pod_sets() for r, v in ps.requests.items() if r.endswith("gpu")
     )

@@ -15,9 +15,10 @@ both kinds:
   quota, is suspended again when the lending queue's own job reclaims it,
   says why it waits (``why``, both modes), and resumes once the quota is back.
 
-Two strict xfails pin bugs found here (their reasons say where): a RayJob
-left with KubeRay's default submitter never starts, and Kubernetes mode's
-``why`` misreads the reason and position annotations the controller writes.
+Two tests guard bugs found here: a RayJob left with KubeRay's default
+submitter must start (its absent template is neither labelled nor patched),
+and Kubernetes mode's ``why`` reads the reason and position annotations as
+the controller writes them.
 
 The ClusterQueues get CPU and memory quota besides GPUs: a Ray head asks for
 CPU, and so does a RayJob's submitter pod.
@@ -344,16 +345,6 @@ def test_a_ray_gang_is_held_by_the_webhook_admitted_whole_and_frees_its_quota(
 REFUSED_SUBMITTER = "spec.submitterPodTemplate.spec: required field missing"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason=(
-        "queuemgr/controller/kube_backend.py workload_label_patch labels every template,"
-        " the RayJob's default submitter too (Template.default, absent from the object):"
-        " the start patch adds spec.submitterPodTemplate.metadata.labels, a template with no"
-        " spec, which the validating webhook refuses (422) at every retry"
-    ),
-)
 def test_a_rayjob_with_kuberays_default_submitter_starts(
     ray_env: KubeEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -388,16 +379,6 @@ def test_a_rayjob_with_kuberays_default_submitter_starts(
         pytest.param("RayJob", id="rayjob"),
         pytest.param("RayCluster", id="raycluster"),
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "queuemgr/k8s/tenant.py status() reads a bare integer from queuemgr.io/position,"
-        " which the status writer fills with '1 in its LocalQueue, 1 in ClusterQueue ...',"
-        " and a queuemgr.io/message annotation nobody writes, while queuemgr.io/reason holds"
-        " '<code>: <message>' (all a RayJob gets: its status prunes conditions)"
-    ),
 )
 def test_kubernetes_mode_why_reads_what_the_controller_wrote(ray_env: KubeEnv, kind: str) -> None:
     env = ray_env

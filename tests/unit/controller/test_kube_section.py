@@ -129,6 +129,10 @@ def test_expected_pods_and_requeue_count_from_the_job() -> None:
     placed = '{"podSets": {"main": {"nodes": {"n0": 3, "n1": 1}}}}'
     obj = {"metadata": {"annotations": {"queuemgr.io/placement": placed}}}
     assert expected_pods(obj, 9) == 4
+    two = '{"podSets": {"head": {"nodes": {"n0": 1}}, "submitter": {"nodes": {"n1": 1}}}}'
+    ray = {"metadata": {"annotations": {"queuemgr.io/placement": two}}}
+    assert expected_pods(ray, 9) == 2
+    assert expected_pods(ray, 9, {"submitter"}) == 1  # a default template's pods: unwatched
     assert expected_pods({"metadata": {}}, 9) == 9
     assert expected_pods({"metadata": {"annotations": {"queuemgr.io/placement": "{"}}}, 9) == 9
     assert requeue_count({"metadata": {"annotations": {"queuemgr.io/requeue-count": "2"}}}) == 2

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
+from queuemgr.controller.kube_backend import workload_label_patch
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.jobframework import ORIGINAL_COUNTS_ANNOTATION
 from queuemgr.k8s.jobs import Finished, Placement, PodSetAssignment, job_for
 from queuemgr.k8s.kinds.raycluster import desired_replicas
 from queuemgr.k8s.manifest import ManifestError
+from queuemgr.k8s.tenant import status
 from tests.unit.k8s.helpers import apply_patch, manifest
 
 CPU, MEM = ResourceName("cpu"), ResourceName("memory")
@@ -276,3 +278,32 @@ def test_an_unreadable_count_note_is_an_error_naming_it(note: str) -> None:
     with pytest.raises(ManifestError) as caught:
         job_for(obj).pod_sets()
     assert ORIGINAL_COUNTS_ANNOTATION in str(caught.value)
+
+
+def test_kuberays_default_submitter_is_neither_labelled_nor_expected() -> None:
+    """The default submitter's template is not in the object: labelling it would create
+    ``spec.submitterPodTemplate`` without a spec, which the CRD's schema refuses."""
+    obj = manifest("rayjob")
+    assert "submitterPodTemplate" not in obj["spec"]
+    job = job_for(obj)
+    absent = [t.name for t in job.templates() if not job.in_object(t)]
+    assert absent == ["submitter"]
+    touched = {op["path"] for op in workload_label_patch(job).as_json()}
+    assert touched and not any("submitterPodTemplate" in path for path in touched)
+
+
+def test_the_tenants_status_reads_the_annotations_as_the_controller_writes_them() -> None:
+    """A RayJob's status keeps no conditions: the reason annotation is all it has."""
+    obj = manifest("rayjob")
+    obj["spec"]["suspend"] = True
+    obj["metadata"]["annotations"] = {
+        "queuemgr.io/reason": "CohortExhausted: needs 3 nvidia.com/gpu on h100",
+        "queuemgr.io/position": "2 in LocalQueue research, 5 in ClusterQueue team-b",
+    }
+    got = status(obj)
+    assert (got["state"], got["reason"], got["message"], got["position"]) == (
+        "Pending",
+        "CohortExhausted",
+        "needs 3 nvidia.com/gpu on h100",
+        2,
+    )
