@@ -19,6 +19,7 @@ from typing import Any
 
 from queuemgr.k8s.jobframework import (
     ORIGINAL_SELECTORS_ANNOTATION,
+    ORIGINAL_TOLERATIONS_ANNOTATION,
     PLACEMENT_ANNOTATION,
     QUEUE_LABEL,
     GenericJob,
@@ -30,6 +31,7 @@ __all__ = [
     "KINDS",
     "MIN_PARALLELISM",
     "ORIGINAL_SELECTORS_ANNOTATION",
+    "ORIGINAL_TOLERATIONS_ANNOTATION",
     "PLACEMENT_ANNOTATION",
     "QUEUE_LABEL",
     "BatchJob",

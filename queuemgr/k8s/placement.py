@@ -1,15 +1,17 @@
 """An admission as a job sees it, and a job's end as Kubernetes reports it.
 
 Why it exists: :meth:`~queuemgr.k8s.jobframework.GenericJob.run_with` needs the
-flavor's node labels and, per pod set, the topology domain the scheduler
-pinned it to; :class:`Placement` carries exactly that (and the nodes, which
-are only recorded in an annotation for people to read).
+flavor's node labels and tolerations and, per pod set, the topology domain the
+scheduler pinned it to; :class:`Placement` carries exactly that (and the nodes,
+which are only recorded in an annotation for people to read).
 
 What must stay true: value objects are frozen and keyword-only; a pod set is
 pinned to a topology domain only when all its pods landed in that one domain;
 the recorded placement is deterministic JSON (keys sorted) so that re-applying
 the same admission patches nothing; it names the admission's time, which the
-job's completion reports so that only that run is finished.
+job's completion reports so that only that run is finished. A toleration is
+written as the API server keeps it (:func:`toleration_json`: no empty key,
+value or effect), so a pod template read back compares equal.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from queuemgr.core.model import Admission, NodeName, PodSet, ResourceFlavor
+from queuemgr.core.model import Admission, NodeName, PodSet, ResourceFlavor, Toleration
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -34,7 +36,8 @@ class PodSetAssignment:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Placement:
-    """An admission as the job sees it: the flavor's node labels, per pod set details."""
+    """An admission as the job sees it: the flavor's node labels and tolerations, per pod
+    set details."""
 
     cluster_queue: str
     flavor: str
@@ -42,6 +45,8 @@ class Placement:
     pod_sets: tuple[PodSetAssignment, ...] = ()
     # The admission's time: the job's completion names the run it ends by it.
     admitted_at: float | None = None
+    # The flavor's tolerations, added to every pod template the admission pins.
+    tolerations: tuple[Toleration, ...] = ()
 
     @classmethod
     def of(
@@ -77,6 +82,7 @@ class Placement:
             node_labels=dict(flavor.node_labels),
             pod_sets=tuple(assignments),
             admitted_at=admitted_at,
+            tolerations=flavor.tolerations,
         )
 
     def assignment(self, pod_set: str) -> PodSetAssignment | None:
@@ -98,6 +104,19 @@ class Placement:
         if self.admitted_at is not None:
             body["admittedAt"] = self.admitted_at
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def toleration_json(t: Toleration) -> dict[str, str]:
+    """A toleration as a pod spec holds it, and as the API server gives it back: the
+    operator always, the key, value and effect only when set (an effect of None
+    tolerates every effect)."""
+    out = {"key": t.key} if t.key else {}
+    out["operator"] = t.operator
+    if t.value:
+        out["value"] = t.value
+    if t.effect is not None:
+        out["effect"] = t.effect.value
+    return out
 
 
 def recorded_admission(record: str | None) -> float | None:

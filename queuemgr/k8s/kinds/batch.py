@@ -9,7 +9,7 @@ What must stay true: a Job is one pod set ``main`` of ``parallelism`` pods
 ``queuemgr.io/job-min-parallelism`` allows partial admission down to that many
 pods, and a partial admission runs the Job with ``parallelism`` set to the pods
 admitted (restored on suspension); every count is a whole number of pods, at
-least one.
+least one; its template is not changed in the request that suspends it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ class BatchJob(GenericJob):
     SUSPEND = ("spec", "suspend")
     SUCCEEDED = "Complete"
     FAILED = "Failed"
+    # Node selector, tolerations and the rest of the scheduling directives of a Job's
+    # template may change only while it is suspended (and has no active pods).
+    TEMPLATE_FROZEN_WHILE_RUNNING = True
 
     def kind_templates(self) -> list[Template]:
         spec = dict(m.required_mapping(self.obj, "spec", ""))

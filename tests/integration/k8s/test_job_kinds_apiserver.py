@@ -6,20 +6,26 @@ back suspended from the mutating webhook, are run with ``run_with``'s JSON
 Patch (the validating webhook lets the admission through) and suspended again
 with ``suspend``'s, all through the real API: the typed client for Jobs, the
 dynamic client for the custom resources. The CRDs' schemas prune what they do
-not know, so each patch is checked to have been kept whole.
+not know, so each patch is checked to have been kept whole. The flavor's
+toleration lands on every pinned template and suspension takes it off again:
+a Job's once the job controller has suspended it, as the API server refuses
+a running Job's template change in the request that suspends it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.core.model import TaintEffect, Toleration
 from queuemgr.k8s.jobs import (
     ORIGINAL_SELECTORS_ANNOTATION,
+    ORIGINAL_TOLERATIONS_ANNOTATION,
     PLACEMENT_ANNOTATION,
     Placement,
     PodSetAssignment,
@@ -43,8 +49,36 @@ PLACEMENT = Placement(
     flavor="h100",
     node_labels={"gpu": "h100"},
     pod_sets=(PodSetAssignment(pod_set="main", nodes={"n0": 2}),),
+    tolerations=(
+        Toleration(key="example.com/spot", operator="Exists", effect=TaintEffect.NO_SCHEDULE),
+    ),
 )
+TOLERATION = {"key": "example.com/spot", "operator": "Exists", "effect": "NoSchedule"}
 JSON_PATCH = "application/json-patch+json"
+
+
+def _tolerations(obj: dict[str, Any]) -> dict[str, Any]:
+    """Each pod template the object holds -> its tolerations field ("absent" without one)."""
+    job = job_for(obj)
+    out: dict[str, Any] = {}
+    for t in job.templates():
+        parent: Any = obj
+        for token in t.tokens[:-1]:
+            parent = parent[token]
+        if t.tokens[-1] in parent:
+            out[t.name] = parent[t.tokens[-1]]["spec"].get("tolerations", "absent")
+    return out
+
+
+def _template_released(job: dict[str, Any]) -> bool:
+    """Whether the API server lets this suspended Job's scheduling directives change: no
+    active pods, and not started or marked suspended by the job controller."""
+    status = job.get("status") or {}
+    marked = any(
+        c.get("type") == "Suspended" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    return not status.get("active") and (status.get("startTime") is None or marked)
 
 
 def _sample(name: str, namespace: str) -> dict[str, Any]:
@@ -113,10 +147,51 @@ def test_suspended_at_creation_run_and_suspended_again(
     notes = running["metadata"]["annotations"]
     assert json.loads(notes[PLACEMENT_ANNOTATION])["flavor"] == "h100"
     assert ORIGINAL_SELECTORS_ANNOTATION in notes
+    assert ORIGINAL_TOLERATIONS_ANNOTATION in notes
+    assert all(TOLERATION in ts for ts in _tolerations(running).values()), running
+    assert all(PLACEMENT.tolerations[0] in ps.tolerations for ps in pinned)
 
     stopped = apply(job.suspend().as_json())
     assert job_for(stopped).is_suspended()
     assert PLACEMENT_ANNOTATION not in stopped["metadata"]["annotations"]
+    if name == "job-gpu":  # the template waits for the job controller to suspend the Job
+        assert _tolerations(stopped) == _tolerations(running)
+        deadline = time.monotonic() + 60
+        while not _template_released(stopped := read()):
+            assert time.monotonic() < deadline, stopped.get("status")
+            time.sleep(0.2)
+        stopped = apply(job_for(stopped).suspend().as_json())
+    assert _tolerations(stopped) == _tolerations(created)  # exactly the user's again
+    assert ORIGINAL_TOLERATIONS_ANNOTATION not in stopped["metadata"]["annotations"]
+    assert not job_for(stopped).suspend()
+
+
+@pytest.mark.usefixtures("webhook")
+def test_a_running_jobs_template_cannot_change_in_the_request_that_suspends_it(
+    k8s_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Why ``suspend`` leaves a running Job's tolerations for later: the API server
+    refuses them in the same request (a Job's scheduling directives change only while
+    it is suspended), and a refused suspension would leave the Job running."""
+    wait_until_called(client.BatchV1Api(k8s_client), namespace)
+    obj = _sample("job-gpu", namespace)
+    resource = _resource(k8s_client, obj)
+    resource.create(body=obj, namespace=namespace)
+    created = resource.get(name="pretrain", namespace=namespace).to_dict()
+    ops = job_for(created).run_with(PLACEMENT).as_json()
+    resource.patch(body=ops, name="pretrain", namespace=namespace, content_type=JSON_PATCH)
+    running = resource.get(name="pretrain", namespace=namespace).to_dict()
+    users = created["spec"]["template"]["spec"]["tolerations"]
+    both = [
+        *job_for(running).suspend().as_json(),
+        {"op": "replace", "path": "/spec/template/spec/tolerations", "value": users},
+    ]
+    with pytest.raises(ApiException) as refused:
+        resource.patch(body=both, name="pretrain", namespace=namespace, content_type=JSON_PATCH)
+    assert refused.value.status == 422
+    assert "spec.template" in json.loads(refused.value.body)["message"]
+    assert not job_for(resource.get(name="pretrain", namespace=namespace).to_dict()).is_suspended()
 
 
 @pytest.mark.usefixtures("webhook")
