@@ -188,4 +188,3 @@ def test_a_tenant_reads_the_board_without_other_namespaces_names(
     assert any(a["workload"].startswith("team-b/") for a in theirs["ahead"])
     text = json.dumps(mine)
     assert "team-b/" not in text and "b-big" not in text and "b-next" not in text
-

@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.loop import SERVICE_POLICY, SchedulerLoop
-from queuemgr.controller.report import CycleReport
 from queuemgr.controller.ports import Clock, SystemClock
+from queuemgr.controller.report import CycleReport
 from queuemgr.controller.testing import FakeBackend
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.metrics import SchedulerMetrics

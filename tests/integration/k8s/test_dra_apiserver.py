@@ -76,9 +76,7 @@ def _claim_template(env: KubeEnv, ns: str, name: str, device_class: str, count: 
             }
         },
     }
-    _custom(env).create_namespaced_custom_object(
-        GROUP, VERSION, ns, "resourceclaimtemplates", body
-    )
+    _custom(env).create_namespaced_custom_object(GROUP, VERSION, ns, "resourceclaimtemplates", body)
 
 
 def _claiming_job(name: str, template: str) -> dict[str, Any]:
@@ -197,9 +195,7 @@ def test_node_fit_counts_the_devices_resourceslices_publish(env: KubeEnv) -> Non
         body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         custom.replace_cluster_custom_object(GROUP, VERSION, "resourceslices", name, body)
         env.wait_state("wide", "Admitted")
-        placement = json.loads(
-            env.job(a, "wide").metadata.annotations["queuemgr.io/placement"]
-        )
+        placement = json.loads(env.job(a, "wide").metadata.annotations["queuemgr.io/placement"])
         assert env.nodes[0] in json.dumps(placement)
     finally:
         for node in env.nodes:

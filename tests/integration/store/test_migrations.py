@@ -48,6 +48,24 @@ def test_downgrade_base_then_upgrade_head_round_trips(database_url: str) -> None
     assert set(Base.metadata.tables) <= _tables(database_url)
 
 
+def _columns(url: str, schema: str, table: str) -> list[str]:
+    engine = create_engine(url)
+    try:
+        return [c["name"] for c in sa.inspect(engine).get_columns(table, schema=schema)]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "table", ["workloads", "pod_sets", "placements", "local_queues", "local_queue_usage"]
+)
+def test_each_tenant_view_has_its_tables_columns(database_url: str, table: str) -> None:
+    """A tenant's reads run the scheduler's own queries on these views (migration 0012):
+    a column added to a table and not to its view breaks a tenant's ``why``."""
+    view = _columns(database_url, "queuemgr_tenant_view", table)
+    assert sorted(view) == sorted(_columns(database_url, "public", table))
+
+
 def test_unknown_revision_is_a_clear_error(database_url: str) -> None:
     with pytest.raises(migrate.MigrationError, match="nope"):
         migrate.upgrade(database_url, "nope")
