@@ -126,12 +126,24 @@ class ResourceFlavor:
         return [getattr(self, name) for name in _FLAVOR_FIELDS]
 
     def __setstate__(self, state: Sequence[object]) -> None:
-        if len(state) > len(_FLAVOR_FIELDS):
-            raise ValueError(f"a flavor has {len(_FLAVOR_FIELDS)} fields, not {len(state)}")
-        for name, value in zip(_FLAVOR_FIELDS, state, strict=False):
-            object.__setattr__(self, name, value)
-        for name in _FLAVOR_FIELDS[len(state) :]:  # saved before the field existed
-            object.__setattr__(self, name, _FLAVOR_DEFAULTS[name])
+        _set_fields(self, "a flavor", _FLAVOR_FIELDS, _FLAVOR_DEFAULTS, state)
+
+
+def _set_fields(
+    obj: object,
+    what: str,
+    names: Sequence[str],
+    defaults: Mapping[str, object],
+    state: Sequence[object],
+) -> None:
+    """Restore a frozen value pickled as a list of its fields; state saved before a
+    field existed (a simulator checkpoint) loads with that field's default."""
+    if len(state) > len(names):
+        raise ValueError(f"{what} has {len(names)} fields, not {len(state)}")
+    for name, value in zip(names, state, strict=False):
+        object.__setattr__(obj, name, value)
+    for name in names[len(state) :]:  # saved before the field existed
+        object.__setattr__(obj, name, defaults[name])
 
 
 _FLAVOR_FIELDS = tuple(f.name for f in fields(ResourceFlavor))
@@ -324,12 +336,7 @@ class PodSet:
         return [getattr(self, name) for name in _POD_SET_FIELDS]
 
     def __setstate__(self, state: Sequence[object]) -> None:
-        if len(state) > len(_POD_SET_FIELDS):
-            raise ValueError(f"a pod set has {len(_POD_SET_FIELDS)} fields, not {len(state)}")
-        for name, value in zip(_POD_SET_FIELDS, state, strict=False):
-            object.__setattr__(self, name, value)
-        for name in _POD_SET_FIELDS[len(state) :]:  # saved before the field existed
-            object.__setattr__(self, name, _POD_SET_DEFAULTS[name])
+        _set_fields(self, "a pod set", _POD_SET_FIELDS, _POD_SET_DEFAULTS, state)
         self._derive()
 
     @property

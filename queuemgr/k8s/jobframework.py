@@ -327,11 +327,7 @@ class GenericJob:
         recorded = m.annotation_map(self.obj).get(ORIGINAL_COUNTS_ANNOTATION)
         if recorded is None:
             return {}
-        path = f"metadata.annotations[{ORIGINAL_COUNTS_ANNOTATION}]"
-        try:
-            raw = json.loads(recorded)
-        except ValueError:
-            raise ManifestError(path, recorded, "bad JSON") from None
+        path, raw = _recorded(ORIGINAL_COUNTS_ANNOTATION, recorded)
         if not isinstance(raw, dict) or not all(
             v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
             for v in raw.values()
@@ -352,11 +348,7 @@ class GenericJob:
                 )
                 for t in self.templates()
             }
-        path = f"metadata.annotations[{ORIGINAL_SELECTORS_ANNOTATION}]"
-        try:
-            raw = json.loads(recorded)
-        except ValueError:
-            raise ManifestError(path, recorded, "bad JSON") from None
+        path, raw = _recorded(ORIGINAL_SELECTORS_ANNOTATION, recorded)
         if not isinstance(raw, dict) or not all(
             isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
             for v in raw.values()
@@ -385,11 +377,7 @@ class GenericJob:
                     raise ManifestError(path, raw, "expected a list, got")
                 out[t.name] = None if raw is None else copy.deepcopy(raw)
             return out
-        path = f"metadata.annotations[{ORIGINAL_TOLERATIONS_ANNOTATION}]"
-        try:
-            raw = json.loads(recorded)
-        except ValueError:
-            raise ManifestError(path, recorded, "bad JSON") from None
+        path, raw = _recorded(ORIGINAL_TOLERATIONS_ANNOTATION, recorded)
         if not isinstance(raw, dict) or not all(
             v is None or (isinstance(v, list) and all(isinstance(x, dict) for x in v))
             for v in raw.values()
@@ -433,6 +421,15 @@ def _same_toleration(ours: Mapping[str, str], theirs: object) -> bool:
     spelled = {k: v for k, v in theirs.items() if v not in ("", None)}
     spelled.setdefault("operator", "Equal")
     return spelled == ours
+
+
+def _recorded(annotation: str, text: str) -> tuple[str, Any]:
+    """The JSON path of one of our annotations, and its value parsed."""
+    path = f"metadata.annotations[{annotation}]"
+    try:
+        return path, json.loads(text)
+    except ValueError:
+        raise ManifestError(path, text, "bad JSON") from None
 
 
 def _put(obj: Any, tokens: Sequence[Token], value: int | None) -> None:
