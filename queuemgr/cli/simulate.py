@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import click
 
@@ -30,8 +31,24 @@ from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import override_policy
 from queuemgr.spec.scenario import load_scenario
 
+T = TypeVar("T")
+
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+
+
+def _rule(parse: Callable[..., T], option: str) -> Callable[[object, object, str | None], T | None]:
+    """A click callback parsing an option's rule; bad input is a usage error (exit 2)."""
+
+    def callback(_ctx: object, _param: object, value: str | None) -> T | None:
+        if value is None:
+            return None
+        try:
+            return parse(value, option=option)
+        except InputError as exc:
+            raise click.UsageError(str(exc)) from None
+
+    return callback
 
 
 @click.command()
@@ -45,7 +62,7 @@ EXIT_BAD_INPUT = 2
     "--trace-max-runtime",
     "max_runtime",
     metavar="RULE",
-    callback=lambda _ctx, _param, value: _max_runtime_rule(value),
+    callback=_rule(parse_max_runtime_rule, "--trace-max-runtime"),
     help="Trace jobs' declared runtime limits: auto (default: the max_runtime_s column "
     "where given), none, column, actual or 'actual*F' (duration x F, F >= 1).",
 )
@@ -53,7 +70,7 @@ EXIT_BAD_INPUT = 2
     "--trace-gpu-fraction",
     "gpu_fraction",
     metavar="RULE",
-    callback=lambda _ctx, _param, value: _gpu_fraction_rule(value),
+    callback=_rule(parse_gpu_fraction_rule, "--trace-gpu-fraction"),
     help="Trace pods' fractions of a GPU (gpu_milli_per_worker): timeslice:N (default "
     f"{DEFAULT_RULE}: ceil(f*N/1000) nvidia.com/gpu.shared), mig (the smallest A100 MIG "
     "profile that covers f) or round-up (one whole nvidia.com/gpu).",
@@ -183,24 +200,6 @@ def _simulate(
         click.echo(f"error: {len(result.invariant_violations)} invariant violations", err=True)
         return EXIT_FAILURE
     return 0
-
-
-def _max_runtime_rule(value: str | None) -> MaxRuntimeRule | None:
-    if value is None:
-        return None
-    try:
-        return parse_max_runtime_rule(value, option="--trace-max-runtime")
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def _gpu_fraction_rule(value: str | None) -> GpuFractionRule | None:
-    if value is None:
-        return None
-    try:
-        return parse_gpu_fraction_rule(value, option="--trace-gpu-fraction")
-    except InputError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _warn_unoffered(gpu_fraction: dict[str, object], config: Config) -> None:
