@@ -36,7 +36,11 @@ from queuemgr.core.weights import ResourceWeight
 from queuemgr.spec import checks as y
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_duration
-from queuemgr.spec.objects import check_resource_weights, resource_weight_of_text
+from queuemgr.spec.objects import (
+    check_resource_weights,
+    parse_admission_checks,
+    resource_weight_of_text,
+)
 
 
 def namespace(ns: str | None) -> str:
@@ -106,6 +110,16 @@ CQ_OPTIONS = [
         "--clear-resource-weights", is_flag=True, help="edit: count every resource on its own."
     ),
     click.option(
+        "--admission-check",
+        "admission_checks",
+        multiple=True,
+        metavar="NAME",
+        help="Start admitted jobs only once this check is Ready, e.g. provisioning-request "
+        "(repeatable, in order; replaces the queue's checks; a check of serve's "
+        "kubernetes.admission_checks).",
+    ),
+    click.option("--clear-admission-checks", is_flag=True, help="edit: start jobs at admission."),
+    click.option(
         "--nominal",
         "nominals",
         multiple=True,
@@ -160,6 +174,17 @@ def cluster_queue_from_flags(
         changes["resource_weights"] = _resource_weights(f["resource_weights"])
     if f["clear_resource_weights"]:
         changes["resource_weights"] = ()
+    if f["admission_checks"] and f["clear_admission_checks"]:
+        raise BadInput("--admission-check: cannot be combined with --clear-admission-checks")
+    if f["admission_checks"]:
+        try:
+            changes["admission_checks"] = parse_admission_checks(
+                list(f["admission_checks"]), "--admission-check"
+            )
+        except InputError as exc:
+            raise BadInput(str(exc)) from None
+    if f["clear_admission_checks"]:
+        changes["admission_checks"] = ()
     if f["nominals"]:
         changes["flavors"] = tuple(_nominal(n) for n in f["nominals"])
     new = dataclasses.replace(cq, **changes)

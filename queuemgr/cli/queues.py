@@ -182,6 +182,7 @@ def _cq_describe(d: dict[str, Any]) -> None:
                 else f"max_runtime <= {duration(d['borrowing_max_runtime'])}",
             ),
             ("Resource weights", _weights_text(d.get("resource_weights") or [])),
+            ("Admission checks", ", ".join(d.get("admission_checks") or []) or "none"),
             ("Status", "stopped" if d["stopped"] else "active"),
             ("Pending", d["pending"]),
             ("Admitted", d["admitted"]),

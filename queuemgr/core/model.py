@@ -220,8 +220,16 @@ class ClusterQueue:
     # counted in another's units, e.g. a MIG slice as 1/7 of a GPU (core.weights).
     # Empty, the default: every resource is a dimension of its own.
     resource_weights: tuple[ResourceWeight, ...] = ()
+    # Admission checks (Kueue's two-phase admission): a workload that fits is
+    # admitted here as a reservation (its quota and placement held) and its job
+    # starts once every named check says Ready. The checks are the controller's
+    # (docs/kubernetes.md); the core only carries the names, so a queue decides
+    # the same with or without them. Empty, the default: started at admission.
+    admission_checks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if len(set(self.admission_checks)) != len(self.admission_checks):
+            raise ValueError(f"cluster queue {self.name}: admission_checks: a check listed twice")
         problem = weights_problem(self.resource_weights)
         if problem is not None:
             i, why = problem

@@ -307,3 +307,15 @@ def check_resource_weights(weights: Sequence[ResourceWeight], paths: Sequence[st
     if problem is not None:
         i, why = problem
         raise ScenarioError(f"{paths[i]}: {why}")
+
+
+def parse_admission_checks(raw: object, path: str) -> tuple[str, ...]:
+    """A ClusterQueue's ``admission_checks``: a list of check names (DNS labels), each
+    once. What a name means is the controller's configuration (docs/kubernetes.md)."""
+    out: list[str] = []
+    for i, item in enumerate(y.sequence(raw, path)):
+        name = y.name(item, at(path, i))
+        if name in out:
+            raise ScenarioError(f"{at(path, i)}: admission check {name!r} is listed twice")
+        out.append(name)
+    return tuple(out)

@@ -41,6 +41,7 @@ from queuemgr.spec.checks import ScenarioError, at
 from queuemgr.spec.knobs import parse_duration, parse_policy
 from queuemgr.spec.objects import (
     check_partial,
+    parse_admission_checks,
     parse_pod_set,
     parse_preemption,
     parse_quotas,
@@ -224,6 +225,7 @@ def _cluster_queues(
         "ordering",
         "borrowing_max_runtime",
         "resource_weights",
+        "admission_checks",
     )
     for i, item in enumerate(y.sequence(raw, "cluster_queues")):
         p = at("cluster_queues", i)
@@ -260,6 +262,9 @@ def _cluster_queues(
             ),
             resource_weights=parse_resource_weights(
                 m.get("resource_weights", []), at(p, "resource_weights")
+            ),
+            admission_checks=parse_admission_checks(
+                m.get("admission_checks", []), at(p, "admission_checks")
             ),
         )
     return out

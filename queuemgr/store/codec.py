@@ -219,6 +219,7 @@ def cluster_queue_json(cq: ClusterQueue, *, stopped: bool = False) -> Json:
         "stopped": stopped,
         "ordering": None if cq.ordering is None else cq.ordering.value,
         "resource_weights": resource_weights(cq.resource_weights),
+        "admission_checks": list(cq.admission_checks),
         "flavors": [quota_json(q) for q in cq.flavors],
     }
 

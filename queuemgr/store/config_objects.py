@@ -343,6 +343,7 @@ def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
                 ordering=codec.ordering_of(r["ordering"]),
                 borrowing_max_runtime=r["borrowing_max_runtime"],
                 resource_weights=codec.resource_weights_of(r["resource_weights"]),
+                admission_checks=tuple(r["admission_checks"]),
             )
         )
         if r["stopped"]:

@@ -154,6 +154,9 @@ class ClusterQueueRow(Base):
     # In its dominant share, a resource counted in another's units (core.weights):
     # [{"resource", "numerator", "denominator", "counts_as"}], integers exact; []: none.
     resource_weights: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The admission checks its workloads wait for before their jobs start (names of
+    # the controller's checks, in order); []: none, started at admission.
+    admission_checks: Mapped[list[str]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     stopped: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     ordering: Mapped[str | None] = mapped_column(Text)  # NULL: the cohort's, else global
 
@@ -288,6 +291,35 @@ class StatusBoardRow(Base):
     __tablename__ = "status_board"
     name: Mapped[str] = mapped_column(Text, primary_key=True)  # "leader"
     at: Mapped[datetime]
+
+
+class AdmissionCheckStateRow(Base):
+    """One admission check's verdict on one workload's reservation (store/admission_checks.py).
+
+    ``admitted_at`` names the admission the state belongs to: a state of an
+    earlier admission is no verdict on the current one. ``attempt`` counts the
+    requests the check made for the workload (a ProvisioningRequest re-made after
+    its booking expired is the next attempt), ``failures`` how often the check
+    failed it (its requeue backoff grows with them).
+    """
+
+    __tablename__ = "admission_check_states"
+    __table_args__ = (
+        CheckConstraint(
+            "state IN ('Pending', 'Ready', 'Retry', 'Rejected')",
+            name="ck_admission_check_states_state",
+        ),
+    )
+    workload_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    check_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    admitted_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(Text, server_default=text("'Pending'"))
+    message: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    failures: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
 
 
 class AuditLogRow(Base):
