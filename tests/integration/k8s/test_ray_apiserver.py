@@ -472,6 +472,8 @@ def _agreed(env: KubeEnv, ray: Ray, ns: str, name: str) -> dict[str, Any] | None
     """The store's ``why`` of a pending gang, once the reason the controller wrote on the
     object (``queuemgr.io/reason: <code>: <message>``) is the same; None until then."""
     r = _db_cli(env, "why", name, "-n", ns, "-o", "json")
+    if r.exit_code != 0 and "not found" in r.output:
+        return None  # the controller has not queued it yet
     assert r.exit_code == 0, r.output
     doc: dict[str, Any] = json.loads(r.stdout)
     notes = ray.read(ns, name)["metadata"].get("annotations") or {}
