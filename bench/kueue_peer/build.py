@@ -34,7 +34,6 @@ usage error or when no ``go`` toolchain is on PATH.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -55,7 +54,10 @@ from tests.controlplane.build import (  # noqa: E402
     build_lock,
     command_line,
     go_command,
+    go_env,
+    go_module_stamp,
     required_version,
+    user_cache,
 )
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -75,11 +77,7 @@ class KueueBinaries:
 
 
 def cache_root() -> Path:
-    override = os.environ.get("QUEUEMGR_KUEUE_PEER_CACHE")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "queuemgr" / "kueue-peer"
+    return user_cache("QUEUEMGR_KUEUE_PEER_CACHE", "kueue-peer")
 
 
 def directory() -> Path:
@@ -87,11 +85,7 @@ def directory() -> Path:
 
 
 def stamp() -> str:
-    digest = hashlib.sha256()
-    for part in ("go.mod", "go.sum"):
-        digest.update(part.encode() + b"\0" + (HERE / part).read_bytes() + b"\0")
-    digest.update(" ".join(PACKAGES).encode() + b"\0" + LDFLAGS.encode())
-    return digest.hexdigest()
+    return go_module_stamp(HERE, " ".join(PACKAGES), LDFLAGS)
 
 
 def is_built() -> bool:
@@ -103,14 +97,6 @@ def is_built() -> bool:
     return all(os.access(directory() / cmd, os.X_OK) for cmd in COMMANDS)
 
 
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    if "-mod=" not in env.get("GOFLAGS", ""):
-        env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
-    env.setdefault("CGO_ENABLED", "0")
-    return env
-
-
 def _log(message: str) -> None:
     print(f"kueue-peer: {message}", file=sys.stderr, flush=True)
 
@@ -118,7 +104,7 @@ def _log(message: str) -> None:
 def _go(go: str, *args: str) -> str:
     """Run ``go args...`` in the module; return stdout, raise BuildError on failure."""
     result = subprocess.run(
-        [go, *args], cwd=HERE, env=_go_env(), capture_output=True, text=True, check=False
+        [go, *args], cwd=HERE, env=go_env(), capture_output=True, text=True, check=False
     )
     if result.returncode != 0:
         detail = result.stderr.strip().splitlines()[-5:]
@@ -148,7 +134,7 @@ def _build(go: str) -> None:
     started = time.monotonic()
     _log(f"building Kueue {KUEUE_VERSION} ({', '.join(COMMANDS)}); a cold build takes a while")
     try:
-        result = subprocess.run(command, cwd=HERE, env=_go_env(), check=False)
+        result = subprocess.run(command, cwd=HERE, env=go_env(), check=False)
         if result.returncode != 0:
             raise BuildError(f"`go build` of Kueue's scheduler-perf failed ({result.returncode})")
         missing = [cmd for cmd in COMMANDS if not (staging / cmd).exists()]

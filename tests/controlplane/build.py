@@ -66,12 +66,37 @@ KUBERNETES_VERSION = required_version(KUBE_MODULE / "go.mod", "k8s.io/kubernetes
 ETCD_VERSION = required_version(ETCD_MODULE / "go.mod", "go.etcd.io/etcd/server/v3")
 
 
-def cache_root() -> Path:
-    override = os.environ.get("QUEUEMGR_CONTROLPLANE_CACHE")
+def user_cache(override_env: str, name: str) -> Path:
+    """``$override_env`` if set, else ``queuemgr/<name>`` in the user's cache directory
+    (``$XDG_CACHE_HOME``, default ``~/.cache``): builds live outside the repository."""
+    override = os.environ.get(override_env)
     if override:
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "queuemgr" / "controlplane"
+    return Path(base) / "queuemgr" / name
+
+
+def go_module_stamp(folder: Path, *extra: str) -> str:
+    """What a build from the Go module in ``folder`` depends on: its go.mod and go.sum,
+    and ``extra`` (packages, flags)."""
+    digest = hashlib.sha256()
+    for part in ("go.mod", "go.sum"):
+        digest.update(part.encode() + b"\0" + (folder / part).read_bytes() + b"\0")
+    digest.update("\0".join(extra).encode())
+    return digest.hexdigest()
+
+
+def go_env(mod: str = "readonly") -> dict[str, str]:
+    """The environment of a ``go build``: ``-mod=<mod>`` unless GOFLAGS sets one, no cgo."""
+    env = dict(os.environ)
+    if "-mod=" not in env.get("GOFLAGS", ""):
+        env["GOFLAGS"] = (env.get("GOFLAGS", "") + f" -mod={mod}").strip()
+    env.setdefault("CGO_ENABLED", "0")
+    return env
+
+
+def cache_root() -> Path:
+    return user_cache("QUEUEMGR_CONTROLPLANE_CACHE", "controlplane")
 
 
 @dataclass(frozen=True)
@@ -189,10 +214,7 @@ def _build(target: _Target, go: str) -> None:
     root = cache_root()
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     staging.chmod(0o755)
-    env = dict(os.environ)
-    if "-mod=" not in env.get("GOFLAGS", ""):
-        env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=mod").strip()
-    env.setdefault("CGO_ENABLED", "0")
+    env = go_env("mod")
     command = [go, "build", "-buildvcs=false", "-trimpath", "-ldflags", target.ldflags]
     command += ["-o", f"{staging}/", *target.packages]
     started = time.monotonic()

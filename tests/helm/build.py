@@ -31,7 +31,6 @@ Exit status: 0 when the binary is there, 1 when a build failed, 2 when no
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -46,7 +45,10 @@ from tests.controlplane.build import (
     build_lock,
     command_line,
     go_command,
+    go_env,
+    go_module_stamp,
     required_version,
+    user_cache,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -65,11 +67,7 @@ LDFLAGS = " ".join(
 
 
 def cache_root() -> Path:
-    override = os.environ.get("QUEUEMGR_HELM_CACHE")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "queuemgr" / "helm"
+    return user_cache("QUEUEMGR_HELM_CACHE", "helm")
 
 
 def directory() -> Path:
@@ -82,11 +80,7 @@ def helm_path() -> Path:
 
 
 def stamp() -> str:
-    digest = hashlib.sha256()
-    for part in ("go.mod", "go.sum"):
-        digest.update(part.encode() + b"\0" + (HERE / part).read_bytes() + b"\0")
-    digest.update(PACKAGE.encode() + b"\0" + LDFLAGS.encode())
-    return digest.hexdigest()
+    return go_module_stamp(HERE, PACKAGE, LDFLAGS)
 
 
 def is_built() -> bool:
@@ -96,14 +90,6 @@ def is_built() -> bool:
     except OSError:
         return False
     return os.access(helm_path(), os.X_OK)
-
-
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    if "-mod=" not in env.get("GOFLAGS", ""):
-        env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -mod=readonly").strip()
-    env.setdefault("CGO_ENABLED", "0")
-    return env
 
 
 def _log(message: str) -> None:
@@ -119,7 +105,7 @@ def _build(go: str) -> None:
     started = time.monotonic()
     _log(f"building helm {HELM_VERSION}; a cold build takes a few minutes")
     try:
-        result = subprocess.run(command, cwd=HERE, env=_go_env(), check=False)
+        result = subprocess.run(command, cwd=HERE, env=go_env(), check=False)
         if result.returncode != 0:
             raise BuildError(
                 f"`go build {PACKAGE}` failed with exit status {result.returncode}"
