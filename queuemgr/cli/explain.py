@@ -39,6 +39,7 @@ from queuemgr.core.reasons import Decisions
 from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.spec.checks import InputError
 from queuemgr.spec.knobs import parse_policy, policy_knobs
+from queuemgr.store.admission_checks import CheckState, check_states
 from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.repository import load_state
@@ -51,6 +52,7 @@ AHEAD = 5  # how many workloads ahead are listed; the count is always complete
 # A board older than this is no live leader's: a safety cycle refreshes it every few
 # seconds while one runs. ``why`` then evaluates a cycle itself.
 BOARD_FRESH_S = 30.0
+WAITING_FOR_CHECK = "WaitingForAdmissionCheck"  # admitted as a reservation, not started
 _REASONS = {r.value for r in PendingReason}
 
 NO_ETA_INADMISSIBLE = "it could not start even on an idle cluster"
@@ -190,6 +192,7 @@ def explain(
                 f"running on flavor {workload['flavor']} since {workload['admitted_at']}"
                 + (" (borrowing cohort quota)" if workload["borrowing"] else "")
             )
+            _admission_checks(db, doc, wid, workload)
         return doc
     # A tenant's row security hides the other namespaces, whose workloads decide its
     # place as much as its own do: it reads them all, theirs under tokens.
@@ -215,6 +218,34 @@ def explain(
     policy, doc["scheduler"], usage = _policy(db, now, as_tenant=as_tenant)
     snapshot = dataclasses.replace(state.snapshot(), policy=policy, queue_usage=usage)
     return _evaluated(doc, state, schedule(snapshot, now), wid, now)
+
+
+def _admission_checks(
+    db: Database, doc: dict[str, Any], wid: WorkloadId, workload: dict[str, Any]
+) -> None:
+    """An admission held as a reservation until its checks pass: which one it waits for."""
+    with db.read() as conn:
+        states = check_states(conn, [wid]).get(wid, {})
+    at = workload.get("admitted_at")
+    admitted_at = None if at is None else datetime.fromisoformat(at).timestamp()
+    mine = {c: s for c, s in states.items() if s.of_admission(admitted_at)}
+    if not mine:
+        return
+    doc["admission_checks"] = [
+        {"check": c, "state": s.state.value, "message": s.message} for c, s in sorted(mine.items())
+    ]
+    waiting = [
+        f"{c} ({s.message or s.state.value})"
+        for c, s in sorted(mine.items())
+        if s.state is not CheckState.READY
+    ]
+    if waiting:
+        doc["reason"] = WAITING_FOR_CHECK
+        doc["message"] = "; ".join(waiting)
+        doc["eta_reason"] = (
+            f"its quota is reserved on flavor {workload['flavor']} since {at};"
+            " its job starts once every admission check is Ready"
+        )
 
 
 def _backing_off(workload: dict[str, Any], now: float) -> bool:

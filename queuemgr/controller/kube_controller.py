@@ -24,15 +24,17 @@ from typing import TYPE_CHECKING
 
 from queuemgr.controller.kube_backend import KubernetesBackend
 from queuemgr.controller.kube_readiness import PodsReadyCheck
-from queuemgr.controller.kube_section import KubernetesSettings
+from queuemgr.controller.kube_section import PROVISIONING_REQUEST, KubernetesSettings
 from queuemgr.controller.kube_status import StatusWriter
 from queuemgr.controller.kube_sync import JobSync
 from queuemgr.controller.ports import Clock
+from queuemgr.controller.provisioning import AdmissionCheckGate, AdmissionCheckWorker
 from queuemgr.core.model import ResourceFlavor
 from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
+from queuemgr.k8s.provisioning import ProvisioningApi
 from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import flavor
 
@@ -74,17 +76,20 @@ class KubeController:
             watch_timeout=settings.watch_timeout,
             dra=bool(settings.device_classes),
         )
-        self.backend = KubernetesBackend(
+        self.jobs = KubernetesBackend(
             self.watch,
             self._flavor,
             stop_timeout=settings.stop_timeout,
             start_concurrency=settings.start_concurrency,
         )
+        # The loop's backend: a gang of a queue with admission checks starts once they pass.
+        self.backend = AdmissionCheckGate(self.jobs, db)
         self.status = StatusWriter(
             self.watch, qps=settings.status_qps, events=EventRecorder(self.client)
         )
         self.sync: JobSync | None = None
         self.readiness: PodsReadyCheck | None = None
+        self.checks: AdmissionCheckWorker | None = None
 
     def _flavor(self, name: str) -> ResourceFlavor | None:
         # Each start needs its flavor's labels; a read per start cost a transaction
@@ -114,23 +119,37 @@ class KubeController:
             self.readiness = PodsReadyCheck(
                 db=self.db,
                 watch=self.watch,
-                backend=self.backend,
+                backend=self.jobs,
                 elector=elector,
                 clock=self.clock,
                 metrics=metrics,
                 settings=self.settings.pods_ready,
             )
 
+        provisioning = any(
+            c.controller == PROVISIONING_REQUEST for c in self.settings.admission_checks
+        )
+        self.checks = AdmissionCheckWorker(
+            db=self.db,
+            gate=self.backend,
+            elector=elector,
+            clock=self.clock,
+            checks=self.settings.admission_checks,
+            api=ProvisioningApi(self.client) if provisioning else None,
+            flavors=self._flavor,
+            status=self.status,
+        )
+
     def start(self, synced_within: float = 30.0) -> None:
         self.watch.start()
         if not self.watch.wait_synced(synced_within):
             log.warning("Kubernetes watches not listed after %.0fs; still trying", synced_within)
-        for part in (self.sync, self.readiness, self.status):
+        for part in (self.sync, self.readiness, self.checks, self.status):
             if part is not None:
                 part.start()
 
     def stop(self) -> None:
-        for part in (self.status, self.readiness, self.sync):
+        for part in (self.status, self.checks, self.readiness, self.sync):
             if part is not None:
                 part.stop()
         self.watch.stop()

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from queuemgr.controller.kube_backend import KubernetesBackend
@@ -50,6 +50,7 @@ from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.patch import guard
 from queuemgr.k8s.reflector import Obj
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store.admission_checks import CheckState, CheckStatus, check_states
 from queuemgr.store.errors import StoreError
 from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import RowState, mark_pods_ready, unfinished
@@ -132,6 +133,7 @@ class PodsReadyCheck(Worker):
             self._epoch, self._ready = token, set()
         with self._db.read() as conn:
             rows = unfinished(conn, (WorkloadState.ADMITTED, WorkloadState.EVICTED))
+            checked = check_states(conn)
         admitted = {
             (w, r.admitted_at) for w, r in rows.items() if r.state is WorkloadState.ADMITTED
         }
@@ -141,7 +143,9 @@ class PodsReadyCheck(Worker):
                 if row.was_ready:  # seen ready before, perhaps by another leader
                     self._ready.add((wid, row.admitted_at))
                 else:
-                    self._check_admitted(token, wid, row, now)
+                    since = self._started_at(wid, row, checked.get(wid, {}))
+                    if since is not None:
+                        self._check_admitted(token, wid, row, now, since)
             elif row.state is WorkloadState.EVICTED and row.reason == HELD_REASON:
                 self._check_held(token, wid, row, now)
         if self._newly_ready:
@@ -150,7 +154,29 @@ class PodsReadyCheck(Worker):
                 mark_pods_ready(conn, self._newly_ready, now=now)
             self._newly_ready.clear()
 
-    def _check_admitted(self, token: LeaderToken, wid: str, row: RowState, now: float) -> None:
+    def _started_at(
+        self, wid: str, row: RowState, states: Mapping[str, CheckStatus]
+    ) -> float | None:
+        """When the gang's pods were let go: its admission, or, in a queue with admission
+        checks, the moment the last of them said Ready; None while they have not."""
+        admitted = row.admitted_at or row.since
+        if not states:
+            return admitted
+        mine = [s for s in states.values() if s.of_admission(row.admitted_at)]
+        if mine:
+            if any(s.state is not CheckState.READY for s in mine):
+                return None  # a reservation: its job has not started
+            return max(admitted, *(s.updated_at for s in mine))
+        ref = self._watch.job(wid)  # checks of an earlier admission only
+        try:
+            suspended = ref is not None and ref.job.is_suspended()
+        except ManifestError:
+            suspended = False
+        return None if suspended else admitted
+
+    def _check_admitted(
+        self, token: LeaderToken, wid: str, row: RowState, now: float, since: float
+    ) -> None:
         ref = self._watch.job(wid)
         if ref is None:
             return
@@ -168,7 +194,6 @@ class PodsReadyCheck(Worker):
             if row.admitted_at is not None:
                 self._newly_ready.append((wid, row.admitted_at))
             return
-        since = row.admitted_at or row.since
         if now - since < self.settings.timeout:
             return
         count = requeue_count(ref.obj) + 1

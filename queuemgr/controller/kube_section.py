@@ -14,6 +14,7 @@ key fails before anything connects); every error names its YAML path;
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,19 @@ KEYS = (
     "start_concurrency",
     "pods_ready",
     "device_classes",
+    "admission_checks",
 )
+ADMISSION_CHECK_KEYS = (
+    "name",
+    "controller",
+    "provisioning_class",
+    "parameters",
+    "backoff",
+    "backoff_max",
+)
+# The admission check controllers queuemgr runs (Kueue's ``spec.controllerName``).
+PROVISIONING_REQUEST = "provisioning-request"
+CONTROLLERS = (PROVISIONING_REQUEST,)
 DEVICE_CLASS_KEYS = ("device_class", "resource", "driver")
 PODS_READY_KEYS = ("enabled", "timeout", "backoff", "backoff_max", "requeue_limit")
 
@@ -52,6 +65,23 @@ class PodsReadySettings:
     def delay(self, count: int) -> float:
         """Seconds the ``count``-th eviction waits before it queues again."""
         return float(min(self.backoff * 2 ** max(count - 1, 0), self.backoff_max))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionCheckSettings:
+    """One admission check a ClusterQueue may name (``kubernetes.admission_checks``)."""
+
+    name: str
+    controller: str = PROVISIONING_REQUEST
+    # The ProvisioningRequest's class, e.g. check-capacity.autoscaling.x-k8s.io.
+    provisioning_class: str = ""
+    parameters: tuple[tuple[str, str], ...] = ()  # the request's spec.parameters
+    backoff: float = 60.0  # seconds before the first requeue after a failure; doubles
+    backoff_max: float = 3600.0
+
+    def delay(self, failures: int) -> float:
+        """Seconds a workload waits after its ``failures``-th failure before it queues again."""
+        return float(min(self.backoff * 2 ** max(failures - 1, 0), self.backoff_max))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +100,11 @@ class KubernetesSettings:
     pods_ready: PodsReadySettings | None = field(default_factory=PodsReadySettings)
     # DRA: which quota resource each DeviceClass is charged as (empty: claims not read).
     device_classes: tuple[DeviceClassMapping, ...] = ()
+    # The admission checks ClusterQueues may name (docs/kubernetes.md, "Admission checks").
+    admission_checks: tuple[AdmissionCheckSettings, ...] = ()
+
+    def admission_check(self, name: str) -> AdmissionCheckSettings | None:
+        return next((c for c in self.admission_checks if c.name == name), None)
 
 
 class KubeConfigError(InputError):
@@ -108,6 +143,8 @@ def parse_kubernetes(
             out[key] = _pods_ready(value)
         elif key == "device_classes":
             out[key] = _device_classes(value)
+        elif key == "admission_checks":
+            out[key] = _admission_checks(value)
     if kubeconfig_env:
         out["kubeconfig"] = Path(kubeconfig_env).expanduser()
     settings = KubernetesSettings(**out)  # type: ignore[arg-type]
@@ -160,4 +197,53 @@ def _device_classes(raw: object) -> tuple[DeviceClassMapping, ...]:
                     f" its devices can be counted as one resource only, got {resource}"
                 )
         out.append(DeviceClassMapping(device_class=name, resource=resource, driver=driver))
+    return tuple(out)
+
+
+def _admission_checks(raw: object) -> tuple[AdmissionCheckSettings, ...]:
+    """``[{name, controller: provisioning-request, provisioning_class, parameters?,
+    backoff?, backoff_max?}]``: each name once."""
+    out: list[AdmissionCheckSettings] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw or [], "kubernetes.admission_checks")):
+        path = f"kubernetes.admission_checks[{i}]"
+        entry = y.mapping(
+            item,
+            path,
+            required=("name", "controller", "provisioning_class"),
+            optional=ADMISSION_CHECK_KEYS,
+        )
+        name = y.name(entry["name"], f"{path}.name")
+        y.unique(seen, name, f"{path}.name", "admission check")
+        controller = y.string(entry["controller"], f"{path}.controller")
+        if controller not in CONTROLLERS:
+            raise KubeConfigError(
+                f"{path}.controller: expected one of {', '.join(CONTROLLERS)}, got {controller!r}"
+            )
+        klass = y.name(
+            entry["provisioning_class"], f"{path}.provisioning_class", NameRule.SUBDOMAIN
+        )
+        params_path = f"{path}.parameters"
+        params = entry.get("parameters") or {}
+        if not isinstance(params, Mapping):
+            raise KubeConfigError(f"{params_path}: expected a mapping of strings")
+        parameters = tuple(
+            sorted(
+                (y.string(k, params_path), y.string(v, f"{params_path}.{k}"))
+                for k, v in params.items()
+            )
+        )
+        times: dict[str, float] = {}
+        for key in ("backoff", "backoff_max"):
+            if key in entry:
+                times[key] = _positive(entry[key], f"{path}.{key}")
+        out.append(
+            AdmissionCheckSettings(
+                name=name,
+                controller=controller,
+                provisioning_class=klass,
+                parameters=parameters,
+                **times,
+            )
+        )
     return tuple(out)

@@ -200,6 +200,12 @@ class GenericJob:
             )
         return tuple(out)
 
+    def template(self, t: Template) -> Mapping[str, Any]:
+        """Pod set ``t``'s PodTemplateSpec: the object's, else the kind's default one."""
+        if t.default is not None and t.tokens[-1] not in self._at(t.tokens[:-1]):
+            return t.default
+        return self._at(t.tokens)
+
     def in_object(self, t: Template) -> bool:
         """Whether template ``t`` is in the object; a kind's default one (a RayJob's
         submitter) is not: its controller writes the pods, which carry none of our labels."""

@@ -13,7 +13,9 @@ makes every call raise :class:`~queuemgr.k8s.queue_directory.DirectoryUnavailabl
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
+from typing import Any
 
 from queuemgr.core.directory import AdmittedView, ClusterQueueView, FlavorCapacity
 from queuemgr.core.model import (
@@ -25,6 +27,8 @@ from queuemgr.core.model import (
     Workload,
 )
 from queuemgr.core.resources import Resources
+from queuemgr.k8s.apiclient import ApiException
+from queuemgr.k8s.provisioning import RequestObjects
 from queuemgr.k8s.queue_directory import DirectoryUnavailable
 
 
@@ -101,3 +105,49 @@ class InMemoryDirectory:
             flavor=admission.flavor,
             pod_sets=workload.pod_sets,
         )
+
+
+class InMemoryProvisioning:
+    """The :class:`~queuemgr.k8s.provisioning.ProvisioningClient` over dicts, with the
+    autoscaler's part (:meth:`set_condition`) for tests to play."""
+
+    def __init__(self) -> None:
+        self.requests_by_key: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_templates: dict[tuple[str, str], dict[str, Any]] = {}
+        self.created = 0
+        self.available = True
+
+    def _check(self) -> None:
+        if not self.available:
+            raise ApiException(status=503, reason="unavailable")
+
+    def create(self, objects: RequestObjects) -> None:
+        self._check()
+        for t in objects.pod_templates:
+            key = (t["metadata"]["namespace"], t["metadata"]["name"])
+            self.pod_templates.setdefault(key, copy.deepcopy(t))
+        meta = objects.request["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if key not in self.requests_by_key:
+            self.requests_by_key[key] = copy.deepcopy(objects.request)
+            self.created += 1
+
+    def requests(self) -> list[dict[str, Any]]:
+        self._check()
+        return [copy.deepcopy(r) for r in self.requests_by_key.values()]
+
+    def delete(self, namespace: str, name: str) -> None:
+        self._check()
+        obj = self.requests_by_key.pop((namespace, name), None) or {}
+        for ps in (obj.get("spec") or {}).get("podSets") or []:
+            self.pod_templates.pop((namespace, ps["podTemplateRef"]["name"]), None)
+
+    def set_condition(
+        self, namespace: str, name: str, kind: str, status: str = "True", message: str = ""
+    ) -> None:
+        obj = self.requests_by_key[(namespace, name)]
+        conditions = [
+            c for c in (obj.setdefault("status", {}).get("conditions") or []) if c["type"] != kind
+        ]
+        conditions.append({"type": kind, "status": status, "reason": kind, "message": message})
+        obj["status"]["conditions"] = conditions

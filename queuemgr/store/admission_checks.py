@@ -162,3 +162,11 @@ WHERE w.id = c.workload_id AND w.namespace = :ns AND w.name = :name AND c.check_
         },
     )
     return bool(result.rowcount)
+
+
+def queue_checks(conn: Connection) -> dict[str, tuple[str, ...]]:
+    """Each ClusterQueue that lists admission checks, with its checks in order."""
+    rows = conn.execute(
+        text("SELECT name, admission_checks FROM cluster_queues WHERE admission_checks <> '[]'")
+    )
+    return {r.name: tuple(r.admission_checks) for r in rows}

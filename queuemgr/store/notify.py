@@ -47,20 +47,24 @@ def notify(conn: Connection, event: str) -> None:
 
 # Evicted for want of ready pods: the readiness check requeues them after a backoff.
 HELD_REASON = "PodsReadyTimeout"
+# Evicted because an admission check failed its reservation: the check requeues them
+# after a backoff (controller/provisioning.py).
+CHECK_HELD_REASON = "AdmissionCheckFailed"
+HELD_REASONS = (HELD_REASON, CHECK_HELD_REASON)
 
 
 def evicted_workloads(conn: Connection) -> list[WorkloadId]:
     """Evicted workloads not yet requeued: a new leader stops and requeues them.
 
-    Those evicted with :data:`HELD_REASON` are left out: they wait out a backoff
+    Those evicted with one of :data:`HELD_REASONS` are left out: they wait out a backoff
     first, and whoever evicted them requeues them.
     """
     rows = conn.execute(
         text(
             "SELECT namespace, name FROM workloads WHERE state = 'Evicted'"
-            " AND reason <> :held ORDER BY id"
+            " AND reason <> ALL(CAST(:held AS text[])) ORDER BY id"
         ),
-        {"held": HELD_REASON},
+        {"held": list(HELD_REASONS)},
     )
     return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]
 
