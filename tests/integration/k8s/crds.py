@@ -9,7 +9,14 @@ sends, as it would in a cluster running the operator:
 * PyTorchJob: ``github.com/kubeflow/training-operator`` v1.8.1,
   ``manifests/base/crds/kubeflow.org_pytorchjobs.yaml``;
 * RayCluster and RayJob: ``github.com/ray-project/kuberay/ray-operator`` v1.5.0,
-  ``config/crd/bases/ray.io_rayclusters.yaml`` and ``ray.io_rayjobs.yaml``.
+  ``config/crd/bases/ray.io_rayclusters.yaml`` and ``ray.io_rayjobs.yaml``;
+* ProvisioningRequest: ``k8s.io/autoscaler/cluster-autoscaler/apis``
+  v0.0.0-20240627115740-d52e4b9665d7,
+  ``config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml``. The module
+  proxy refuses every newer version of that module, and this one's CRD serves
+  ``v1beta1`` only; ``v1`` (which queuemgr speaks) is the same schema under a
+  new name upstream, so :func:`install_provisioning_crd` serves the upstream
+  schema as ``v1`` (the storage version) beside ``v1beta1``.
 
 They come from the Go modules ``tests/controlplane/crds/go.mod`` pins (its
 ``go.sum`` holds their hashes): ``go mod download -json <module>@<version>``,
@@ -25,6 +32,7 @@ operator's part when it needs a status.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
@@ -46,6 +54,7 @@ GO_MODULE = Path(build.__file__).resolve().parent / "crds"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
 TRAINING_MODULE = "github.com/kubeflow/training-operator"
 RAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+AUTOSCALER_MODULE = "k8s.io/autoscaler/cluster-autoscaler/apis"
 
 
 class UpstreamCrdError(RuntimeError):
@@ -82,6 +91,19 @@ CRDS = (
     UpstreamCrd.of(RayCluster, RAY_MODULE, "config/crd/bases/ray.io_rayclusters.yaml"),
     UpstreamCrd.of(RayJob, RAY_MODULE, "config/crd/bases/ray.io_rayjobs.yaml"),
 )
+
+
+# Not a job kind: installed on its own (install_provisioning_crd), by the tests of the
+# provisioning-request admission check.
+PROVISIONING_CRD = UpstreamCrd(
+    AUTOSCALER_MODULE,
+    "config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml",
+    "autoscaling.x-k8s.io",
+    "v1beta1",
+    "provisioningrequests",
+    "ProvisioningRequest",
+)
+ALL_CRDS = (*CRDS, PROVISIONING_CRD)
 
 
 def module_version(module: str) -> str:
@@ -201,3 +223,37 @@ def _served(custom: client.CustomObjectsApi, crd: UpstreamCrd) -> bool:
             return False
         raise
     return True
+
+
+def install_provisioning_crd(api_client: client.ApiClient) -> None:
+    """The upstream ProvisioningRequest CRD, its schema served as ``v1`` too (the storage
+    version; no conversion: the two are the same schema), created if missing."""
+    upstream = crd_manifest(PROVISIONING_CRD)
+    body = copy.deepcopy(upstream)
+    (beta,) = [v for v in body["spec"]["versions"] if v["name"] == "v1beta1"]
+    v1 = {**copy.deepcopy(beta), "name": "v1", "storage": True, "served": True}
+    beta["storage"] = False
+    body["spec"]["versions"] = [v1, beta]
+    extensions = client.ApiextensionsV1Api(api_client)
+    try:
+        response = extensions.create_custom_resource_definition(body, _preload_content=False)
+        response.read()
+        response.release_conn()
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    custom = client.CustomObjectsApi(api_client)
+    served = UpstreamCrd(
+        PROVISIONING_CRD.module,
+        PROVISIONING_CRD.path,
+        PROVISIONING_CRD.group,
+        "v1",
+        PROVISIONING_CRD.plural,
+        PROVISIONING_CRD.kind,
+    )
+    wait_for(
+        lambda: _served(custom, served),
+        timeout=60,
+        interval=0.5,
+        what="the ProvisioningRequest CRD to be served",
+    )
