@@ -299,6 +299,8 @@ EXPECTED_RULES = {
     ("scheduling.k8s.io", "priorityclasses", ""): {"list", "watch"},
     ("resource.k8s.io", "resourceclaimtemplates", ""): {"list", "watch"},
     ("resource.k8s.io", "resourceslices", ""): {"list", "watch"},
+    ("autoscaling.x-k8s.io", "provisioningrequests", ""): {"create", "get", "list", "delete"},
+    ("", "podtemplates", ""): {"create", "get", "list", "delete"},
     (
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
