@@ -39,7 +39,16 @@ KEYS = (
     "pods_ready",
     "device_classes",
     "admission_checks",
+    "worker_clusters",
+    "dispatch",
+    "worker_timeout",
+    "worker_poll_interval",
 )
+WORKER_CLUSTER_KEYS = ("name", "kubeconfig", "context")
+# Multi-cluster dispatch policies (docs/kubernetes.md, "Multi-cluster dispatch").
+FIRST_FIT = "first-fit"
+MOST_FREE = "most-free"
+DISPATCH_POLICIES = (FIRST_FIT, MOST_FREE)
 ADMISSION_CHECK_KEYS = (
     "name",
     "controller",
@@ -47,6 +56,7 @@ ADMISSION_CHECK_KEYS = (
     "parameters",
     "backoff",
     "backoff_max",
+    "retry_limit",
 )
 # The admission check controllers queuemgr runs (Kueue's ``spec.controllerName``).
 PROVISIONING_REQUEST = "provisioning-request"
@@ -78,10 +88,26 @@ class AdmissionCheckSettings:
     parameters: tuple[tuple[str, str], ...] = ()  # the request's spec.parameters
     backoff: float = 60.0  # seconds before the first requeue after a failure; doubles
     backoff_max: float = 3600.0
+    # The failed requests after which the check is Rejected (the workload finished);
+    # None: it is tried again for ever.
+    retry_limit: int | None = None
+
+    def rejects(self, failures: int) -> bool:
+        """Whether the ``failures``-th failed request rejects the check for good."""
+        return self.retry_limit is not None and failures >= self.retry_limit
 
     def delay(self, failures: int) -> float:
         """Seconds a workload waits after its ``failures``-th failure before it queues again."""
         return float(min(self.backoff * 2 ** max(failures - 1, 0), self.backoff_max))
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerClusterSettings:
+    """One worker cluster of multi-cluster dispatch (``kubernetes.worker_clusters``)."""
+
+    name: str
+    kubeconfig: Path
+    context: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +128,12 @@ class KubernetesSettings:
     device_classes: tuple[DeviceClassMapping, ...] = ()
     # The admission checks ClusterQueues may name (docs/kubernetes.md, "Admission checks").
     admission_checks: tuple[AdmissionCheckSettings, ...] = ()
+
+    # Multi-cluster dispatch: the worker clusters this manager runs its jobs on (empty: none).
+    worker_clusters: tuple[WorkerClusterSettings, ...] = ()
+    dispatch: str = FIRST_FIT
+    worker_timeout: float = 30.0  # seconds a worker may not answer before it is lost
+    worker_poll_interval: float = 2.0  # seconds between reads of a worker's nodes and jobs
 
     def admission_check(self, name: str) -> AdmissionCheckSettings | None:
         return next((c for c in self.admission_checks if c.name == name), None)
@@ -135,7 +167,14 @@ def parse_kubernetes(
             except ValueError as error:
                 raise KubeConfigError(f"{path}: {error}") from None
             out[key] = text
-        elif key in ("qps", "status_qps", "stop_timeout", "kind_discovery_interval"):
+        elif key in (
+            "qps",
+            "status_qps",
+            "stop_timeout",
+            "kind_discovery_interval",
+            "worker_timeout",
+            "worker_poll_interval",
+        ):
             out[key] = _positive(value, path)
         elif key in ("burst", "watch_timeout", "start_concurrency"):
             out[key] = y.integer(value, path, minimum=1)
@@ -145,6 +184,15 @@ def parse_kubernetes(
             out[key] = _device_classes(value)
         elif key == "admission_checks":
             out[key] = _admission_checks(value)
+        elif key == "worker_clusters":
+            out[key] = _worker_clusters(value, base)
+        elif key == "dispatch":
+            policy = y.string(value, path)
+            if policy not in DISPATCH_POLICIES:
+                raise KubeConfigError(
+                    f"{path}: expected one of {', '.join(DISPATCH_POLICIES)}, got {policy!r}"
+                )
+            out[key] = policy
     if kubeconfig_env:
         out["kubeconfig"] = Path(kubeconfig_env).expanduser()
     settings = KubernetesSettings(**out)  # type: ignore[arg-type]
@@ -202,7 +250,7 @@ def _device_classes(raw: object) -> tuple[DeviceClassMapping, ...]:
 
 def _admission_checks(raw: object) -> tuple[AdmissionCheckSettings, ...]:
     """``[{name, controller: provisioning-request, provisioning_class, parameters?,
-    backoff?, backoff_max?}]``: each name once."""
+    backoff?, backoff_max?, retry_limit?}]``: each name once."""
     out: list[AdmissionCheckSettings] = []
     seen: dict[str, str] = {}
     for i, item in enumerate(y.sequence(raw or [], "kubernetes.admission_checks")):
@@ -237,13 +285,39 @@ def _admission_checks(raw: object) -> tuple[AdmissionCheckSettings, ...]:
         for key in ("backoff", "backoff_max"):
             if key in entry:
                 times[key] = _positive(entry[key], f"{path}.{key}")
+        retry_limit = None
+        if entry.get("retry_limit") is not None:
+            retry_limit = y.integer(entry["retry_limit"], f"{path}.retry_limit", minimum=1)
         out.append(
             AdmissionCheckSettings(
                 name=name,
                 controller=controller,
                 provisioning_class=klass,
                 parameters=parameters,
+                retry_limit=retry_limit,
                 **times,
+            )
+        )
+    return tuple(out)
+
+
+def _worker_clusters(raw: object, base: Path) -> tuple[WorkerClusterSettings, ...]:
+    """``[{name, kubeconfig, context?}]``: each name once, a DNS label (it prefixes the
+    cluster's node names and is the value of their ``queuemgr.io/cluster`` label)."""
+    out: list[WorkerClusterSettings] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(y.sequence(raw or [], "kubernetes.worker_clusters")):
+        path = f"kubernetes.worker_clusters[{i}]"
+        entry = y.mapping(item, path, required=("name", "kubeconfig"), optional=WORKER_CLUSTER_KEYS)
+        name = y.name(entry["name"], f"{path}.name")
+        y.unique(seen, name, f"{path}.name", "worker cluster")
+        p = Path(y.string(entry["kubeconfig"], f"{path}.kubeconfig")).expanduser()
+        context = entry.get("context")
+        out.append(
+            WorkerClusterSettings(
+                name=name,
+                kubeconfig=p if p.is_absolute() else base / p,
+                context=None if context is None else y.string(context, f"{path}.context"),
             )
         )
     return tuple(out)

@@ -17,8 +17,13 @@ queue says Ready. Two parts, both here:
   check Ready (the worker then starts the job); ``Failed=True`` evicts the
   workload (reason ``AdmissionCheckFailed``, the reservation released) and
   requeues it after ``backoff * 2^(n-1)`` seconds (at most ``backoff_max``)
-  for its ``n``-th failure; ``BookingExpired=True`` before the job started
-  makes the next attempt's request. While it waits the job says
+  for its ``n``-th failure, unless that was the check's ``retry_limit``-th:
+  then the check is Rejected and the workload finished (reason
+  ``AdmissionCheckRejected``, as Kueue deactivates it); ``BookingExpired=True``
+  before the job started makes the next attempt's request;
+  ``CapacityRevoked=True`` on the request a started gang runs under evicts it
+  (``AdmissionCheckCapacityRevoked``) and requeues it, without a backoff, once
+  its pods are gone. While it waits the job says
   ``WaitingForAdmissionCheck: <check> (Provisioned=False: <message>)``, as
   ``queuemgr why`` does. A request (and its templates) is deleted once its
   workload is no longer admitted under it (finished, evicted, requeued) or a
@@ -64,6 +69,7 @@ from queuemgr.k8s.jobstatus import QueueStatus
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.provisioning import (
     BOOKING_EXPIRED,
+    CAPACITY_REVOKED,
     CHECK_LABEL,
     FAILED,
     PROVISIONED,
@@ -84,14 +90,16 @@ from queuemgr.store.errors import StoreError
 from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import RowState, row_states, unfinished
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
-from queuemgr.store.notify import CHECK_HELD_REASON
-from queuemgr.store.transitions import evict, requeue_workload
+from queuemgr.store.notify import CHECK_HELD_REASON, CHECK_REVOKED_REASON
+from queuemgr.store.transitions import evict, finish_workload, requeue_workload
 from queuemgr.store.workloads import StateConflict
 
 log = logging.getLogger(__name__)
 
 WAITING_REASON = "WaitingForAdmissionCheck"
 FAILED_REASON = CHECK_HELD_REASON
+REVOKED_REASON = CHECK_REVOKED_REASON
+REJECTED_REASON = "AdmissionCheckRejected"
 QUEUE_CHECKS_TTL = 2.0  # seconds a read of the queues' checks is reused
 
 
@@ -211,6 +219,7 @@ class AdmissionCheckWorker(Worker):
         self._interval = interval
         gate.wake = self._event.set
         self.evictions = 0
+        self.rejections = 0
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -240,6 +249,14 @@ class AdmissionCheckWorker(Worker):
             evicted = unfinished(conn, (WorkloadState.EVICTED,))
             owners = row_states(conn, sorted({wid for wid, _ in requests.values()}))
             states = check_states(conn, sorted(set(held) | set(evicted)))
+            started = check_states(
+                conn,
+                sorted(
+                    wid
+                    for wid, row in owners.items()
+                    if row.state is WorkloadState.ADMITTED and wid not in held
+                ),
+            )
         current: set[str] = set()  # the names of the requests still wanted
         for wid, admitted in sorted(held.items()):
             row = rows.get(wid)
@@ -252,9 +269,17 @@ class AdmissionCheckWorker(Worker):
                 self._gate.release(wid)  # no longer this reservation
                 continue
             current |= self._drive(token, wid, admitted, requests, now)
+        self._revoke_started(token, requests, owners, started, now)
         for wid, row in sorted(evicted.items()):
-            if row.reason == FAILED_REASON:
-                self._requeue_when_due(token, wid, row.since, states.get(wid, {}), now)
+            if row.reason in (FAILED_REASON, REVOKED_REASON):
+                self._requeue_when_due(
+                    token,
+                    wid,
+                    row.since,
+                    states.get(wid, {}),
+                    now,
+                    revoked=row.reason == REVOKED_REASON,
+                )
         self._collect(requests, owners, current)
 
     # -- one reservation ---------------------------------------------------------------
@@ -439,20 +464,96 @@ class AdmissionCheckWorker(Worker):
                 failed=True,
             )
             failures = check_states(conn, [wid])[wid][check].failures
-            delay = settings.delay(failures)
-            message = f"admission check {check}: {why}; requeue {failures} in {delay:g}s"
-            evict(
-                conn,
-                wid,
-                now=now,
-                reason=FAILED_REASON,
-                message=message,
-                preempted=False,
-            )
-        self.evictions += 1
+            if settings.rejects(failures):
+                # Kueue deactivates a workload whose check is Rejected: it is finished.
+                reason = REJECTED_REASON
+                message = (
+                    f"admission check {check} rejected the workload after {failures}"
+                    f" failed ProvisioningRequests (retry_limit {settings.retry_limit}): {why}"
+                )
+                set_state(
+                    conn,
+                    wid,
+                    check,
+                    CheckState.REJECTED,
+                    message=why,
+                    now=now,
+                    admitted_at=admitted.admitted_at,
+                )
+                finish_workload(conn, wid, now=now, reason=reason, message=message)
+            else:
+                reason = FAILED_REASON
+                delay = settings.delay(failures)
+                message = f"admission check {check}: {why}; requeue {failures} in {delay:g}s"
+                evict(
+                    conn,
+                    wid,
+                    now=now,
+                    reason=reason,
+                    message=message,
+                    preempted=False,
+                )
+        if reason == REJECTED_REASON:
+            self.rejections += 1
+        else:
+            self.evictions += 1
         self._gate.release(wid)
-        log.warning("%s: %s (%s)", wid, message, FAILED_REASON)
-        self._say(wid, QueueStatus(admitted=False, reason=FAILED_REASON, message=message))
+        log.warning("%s: %s (%s)", wid, message, reason)
+        self._say(wid, QueueStatus(admitted=False, reason=reason, message=message))
+
+    def _revoke_started(
+        self,
+        token: LeaderToken,
+        requests: dict[tuple[str, str], tuple[WorkloadId, dict[str, object]]],
+        owners: dict[WorkloadId, RowState],
+        states: dict[WorkloadId, dict[str, CheckStatus]],
+        now: float,
+    ) -> None:
+        """Evict a started gang whose current request says ``CapacityRevoked=True``."""
+        held_now = self._gate.held()
+        revoked: dict[WorkloadId, tuple[str, str]] = {}
+        for (_, name), (wid, obj) in sorted(requests.items()):
+            row = owners.get(wid)
+            if row is None or row.state is not WorkloadState.ADMITTED or wid in held_now:
+                continue
+            for check, st in states.get(wid, {}).items():
+                if (
+                    st.state is CheckState.READY
+                    and st.of_admission(row.admitted_at)
+                    and name == self._request_name(wid, check, st.attempt)
+                    and (c := conditions(obj).get(CAPACITY_REVOKED)) is not None
+                    and c.true
+                ):
+                    revoked.setdefault(wid, (check, c.text))
+        for wid, (check, why) in sorted(revoked.items()):
+            row = owners[wid]
+            assert row.admitted_at is not None
+            message = f"admission check {check}: {why}; requeued once its pods are gone"
+            try:
+                with self._db.write() as conn:
+                    fence(conn, token)
+                    set_state(
+                        conn,
+                        wid,
+                        check,
+                        CheckState.RETRY,
+                        message=why,
+                        now=now,
+                        admitted_at=row.admitted_at,
+                    )
+                    evict(
+                        conn,
+                        wid,
+                        now=now,
+                        reason=REVOKED_REASON,
+                        message=message,
+                        preempted=False,
+                    )
+            except StateConflict:
+                continue  # finished or evicted meanwhile
+            self.evictions += 1
+            log.warning("%s: %s (%s)", wid, message, REVOKED_REASON)
+            self._say(wid, QueueStatus(admitted=False, reason=REVOKED_REASON, message=message))
 
     def _requeue_when_due(
         self,
@@ -461,10 +562,12 @@ class AdmissionCheckWorker(Worker):
         since: float,
         states: dict[str, CheckStatus],
         now: float,
+        *,
+        revoked: bool = False,
     ) -> None:
         failures = max((s.failures for s in states.values()), default=1)
         settings = [self._checks[c] for c in states if c in self._checks]
-        delay = max((s.delay(failures) for s in settings), default=0.0)
+        delay = 0.0 if revoked else max((s.delay(failures) for s in settings), default=0.0)
         if now < since + delay:
             return
         try:

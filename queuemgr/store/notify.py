@@ -50,7 +50,10 @@ HELD_REASON = "PodsReadyTimeout"
 # Evicted because an admission check failed its reservation: the check requeues them
 # after a backoff (controller/provisioning.py).
 CHECK_HELD_REASON = "AdmissionCheckFailed"
-HELD_REASONS = (HELD_REASON, CHECK_HELD_REASON)
+# Evicted because the capacity a started gang's admission check provisioned was revoked
+# (CapacityRevoked=True): the check stops and requeues them (controller/provisioning.py).
+CHECK_REVOKED_REASON = "AdmissionCheckCapacityRevoked"
+HELD_REASONS = (HELD_REASON, CHECK_HELD_REASON, CHECK_REVOKED_REASON)
 
 
 def evicted_workloads(conn: Connection) -> list[WorkloadId]:

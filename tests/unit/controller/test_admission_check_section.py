@@ -24,6 +24,7 @@ kubernetes:
       parameters: {ValidUntilSeconds: "600"}
       backoff: 5
       backoff_max: 20
+      retry_limit: 3
 """
 
 
@@ -42,12 +43,17 @@ def test_the_checks_are_read(tmp_path: Path) -> None:
             parameters=(("ValidUntilSeconds", "600"),),
             backoff=5,
             backoff_max=20,
+            retry_limit=3,
         ),
     )
     atomic = k.admission_check("atomic")
     assert atomic is not None
     assert [atomic.delay(n) for n in (1, 2, 3, 4)] == [5, 10, 20, 20]
     assert k.admission_check("nope") is None
+    assert [atomic.rejects(n) for n in (1, 2, 3, 4)] == [False, False, True, True]
+    unlimited = k.admission_check("provisioning-request")
+    assert unlimited is not None and unlimited.retry_limit is None
+    assert not unlimited.rejects(1000)
 
 
 def test_none_by_default(tmp_path: Path) -> None:
@@ -74,6 +80,14 @@ CHECK = "{name: pr, controller: provisioning-request, provisioning_class: c.exam
             "kubernetes.admission_checks[0].backoff",
         ),
         (
+            f"kubernetes: {{admission_checks: [{CHECK}, retry_limit: 0}}]}}",
+            "kubernetes.admission_checks[0].retry_limit",
+        ),
+        (
+            f"kubernetes: {{admission_checks: [{CHECK}, retry_limit: 1.5}}]}}",
+            "kubernetes.admission_checks[0].retry_limit",
+        ),
+        (
             f"kubernetes: {{admission_checks: [{CHECK}, parameters: [a]}}]}}",
             "kubernetes.admission_checks[0].parameters",
         ),
@@ -87,7 +101,18 @@ CHECK = "{name: pr, controller: provisioning-request, provisioning_class: c.exam
             "kubernetes.admission_checks[0].name",
         ),
     ],
-    ids=["mapping", "missing", "controller", "unknown", "backoff", "parameters", "twice", "name"],
+    ids=[
+        "mapping",
+        "missing",
+        "controller",
+        "unknown",
+        "backoff",
+        "retry_limit",
+        "retry_limit_int",
+        "parameters",
+        "twice",
+        "name",
+    ],
 )
 def test_bad_checks_are_named(tmp_path: Path, text: str, named: str) -> None:
     path = tmp_path / "serve.yaml"
