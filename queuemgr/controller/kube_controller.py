@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from queuemgr.controller.kube_backend import KubernetesBackend
@@ -27,7 +28,9 @@ from queuemgr.controller.kube_readiness import PodsReadyCheck
 from queuemgr.controller.kube_section import PROVISIONING_REQUEST, KubernetesSettings
 from queuemgr.controller.kube_status import StatusWriter
 from queuemgr.controller.kube_sync import JobSync
-from queuemgr.controller.ports import Clock
+from queuemgr.controller.multicluster import Fleet, keep_in_one_cluster
+from queuemgr.controller.multicluster_backend import MultiClusterBackend, WorkerMonitor
+from queuemgr.controller.ports import Clock, ClusterBackend
 from queuemgr.controller.provisioning import AdmissionCheckGate, AdmissionCheckWorker
 from queuemgr.core.model import ResourceFlavor
 from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
@@ -35,6 +38,7 @@ from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
 from queuemgr.k8s.provisioning import ProvisioningApi
+from queuemgr.k8s.remote import WorkerApi
 from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import flavor
 
@@ -82,14 +86,52 @@ class KubeController:
             stop_timeout=settings.stop_timeout,
             start_concurrency=settings.start_concurrency,
         )
+        # Multi-cluster dispatch: the jobs run as copies on the worker clusters.
+        self.fleet: Fleet | None = None
+        self.dispatch: MultiClusterBackend | None = None
+        self.monitors: list[WorkerMonitor] = []
+        if settings.worker_clusters:
+            self.fleet = Fleet(
+                [w.name for w in settings.worker_clusters], timeout=settings.worker_timeout
+            )
+            workers = {
+                w.name: WorkerApi(
+                    w.name,
+                    w.kubeconfig,
+                    context=w.context,
+                    qps=settings.qps,
+                    burst=settings.burst,
+                    timeout=min(settings.worker_timeout, 10.0),
+                )
+                for w in settings.worker_clusters
+            }
+            self.dispatch = MultiClusterBackend(
+                self.watch,
+                self.fleet,
+                workers,
+                self._flavor,
+                policy=settings.dispatch,
+                start_concurrency=settings.start_concurrency,
+            )
         # The loop's backend: a gang of a queue with admission checks starts once they pass.
         self.backend = AdmissionCheckGate(self.jobs, db)
+        # What the loop drives: the dispatcher with worker clusters (admission checks are
+        # not applied to dispatched jobs in this first cut), else the gate.
+        self.loop_backend: ClusterBackend = self.dispatch or self.backend
+        if self.dispatch is not None and settings.admission_checks:
+            log.warning("kubernetes.admission_checks are ignored with worker_clusters")
         self.status = StatusWriter(
             self.watch, qps=settings.status_qps, events=EventRecorder(self.client)
         )
         self.sync: JobSync | None = None
         self.readiness: PodsReadyCheck | None = None
         self.checks: AdmissionCheckWorker | None = None
+
+    def set_wake(self, wake: Callable[[], None]) -> None:
+        """The loop's wake-up, called when a job completes."""
+        self.backend.set_wake(wake)
+        if self.dispatch is not None:
+            self.dispatch.set_wake(wake)
 
     def _flavor(self, name: str) -> ResourceFlavor | None:
         # Each start needs its flavor's labels; a read per start cost a transaction
@@ -114,8 +156,22 @@ class KubeController:
             is_leader=lambda: elector.is_leader,
             clock=self.clock,
             device_classes=self.settings.device_classes,
+            nodes=self.fleet,
+            shape=keep_in_one_cluster if self.fleet is not None else None,
         )
-        if self.settings.pods_ready is not None:
+        if self.dispatch is not None:
+            self.monitors = [
+                WorkerMonitor(
+                    api,
+                    self.dispatch,
+                    db=self.db,
+                    clock=self.clock,
+                    token=lambda: elector.token,
+                    interval=self.settings.worker_poll_interval,
+                )
+                for api in self.dispatch.workers.values()
+            ]
+        if self.settings.pods_ready is not None and self.dispatch is None:
             self.readiness = PodsReadyCheck(
                 db=self.db,
                 watch=self.watch,
@@ -144,6 +200,8 @@ class KubeController:
         self.watch.start()
         if not self.watch.wait_synced(synced_within):
             log.warning("Kubernetes watches not listed after %.0fs; still trying", synced_within)
+        for monitor in self.monitors:
+            monitor.start()
         for part in (self.sync, self.readiness, self.checks, self.status):
             if part is not None:
                 part.start()
@@ -152,5 +210,10 @@ class KubeController:
         for part in (self.status, self.checks, self.readiness, self.sync):
             if part is not None:
                 part.stop()
+        for monitor in self.monitors:
+            monitor.stop()
+        if self.dispatch is not None:
+            for api in self.dispatch.workers.values():
+                api.close()
         self.watch.stop()
         self.client.close()  # type: ignore[no-untyped-call]

@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from queuemgr.controller.ports import Clock
 from queuemgr.controller.worker import Worker
@@ -60,6 +60,18 @@ from queuemgr.store.workloads import StateConflict, WorkloadExists
 
 log = logging.getLogger(__name__)
 
+
+class NodeSource(Protocol):
+    """Where the Nodes come from: the cluster's watch, or the worker clusters' union
+    (multi-cluster dispatch), which tells the listeners it adds of each change."""
+
+    def nodes(self) -> list[Obj]: ...
+
+    def node(self, name: str) -> Obj | None: ...
+
+    def add_listener(self, listener: Callable[[Topic, Change, Obj], None]) -> None: ...
+
+
 ACTOR = "k8s:queuemgr-controller"
 
 
@@ -73,6 +85,8 @@ class JobSync(Worker):
         clock: Clock,
         batch: int = 500,
         device_classes: Sequence[DeviceClassMapping] = (),
+        nodes: NodeSource | None = None,
+        shape: Callable[[Workload], Workload] | None = None,
     ) -> None:
         super().__init__("queuemgr-kube-sync")
         self._db = db
@@ -100,7 +114,12 @@ class JobSync(Worker):
             else None
         )
         self.passes = 0  # batches handled (tests wait on it)
+        # Nodes from elsewhere than the watch (worker clusters); a workload's final touch.
+        self._node_source: NodeSource = nodes or watch
+        self._shape = shape
         watch.add_listener(self._on_change)
+        if nodes is not None:
+            nodes.add_listener(self._on_change)
 
     # -- events (reflector threads) ------------------------------------------------------
     def _on_change(self, topic: Topic, change: Change, obj: Obj) -> None:
@@ -158,7 +177,7 @@ class JobSync(Worker):
         with self._lock:
             if resync:
                 self._jobs = {r.workload_id for r in self._watch.jobs()}
-                self._nodes = {key_of(n) for n in self._watch.nodes()}
+                self._nodes = {key_of(n) for n in self._node_source.nodes()}
                 self._namespaces.clear()
             jobs, self._jobs = self._jobs, set()
             nodes, self._nodes = self._nodes, set()
@@ -205,7 +224,7 @@ class JobSync(Worker):
     def _sync_nodes(self, names: list[str]) -> None:
         changed: list[Node] = []
         for name in names:
-            obj = self._watch.node(name)
+            obj = self._node_source.node(name)
             if obj is None:
                 continue  # deleted: _retire_nodes' business
             try:
@@ -225,7 +244,7 @@ class JobSync(Worker):
             self._upserted[n.name] = n
 
     def _retire_nodes(self) -> None:
-        present = {key_of(n) for n in self._watch.nodes()}
+        present = {key_of(n) for n in self._node_source.nodes()}
         with self._db.write() as conn:
             deleted, kept = store_config.retire_nodes(conn, present, actor=ACTOR)
         for name in (*deleted, *kept):  # written here, not by _sync_nodes: compare afresh
@@ -286,7 +305,8 @@ class JobSync(Worker):
     def _workload(self, ref: JobRef) -> Workload:
         """The job's workload, with the priority of the PriorityClass it names."""
         priority = job_priority(ref.job, self._watch.priority_classes())
-        return ref.job.workload(priority=priority, devices=self._charger)
+        workload = ref.job.workload(priority=priority, devices=self._charger)
+        return workload if self._shape is None else self._shape(workload)
 
     def _resubmit(self, ref: JobRef) -> None:
         try:

@@ -107,7 +107,7 @@ class Service:
         self.kube: KubeController | None = None
         if backend is None and config.backend == "kubernetes":
             self.kube = KubeController(config.kubernetes, self.db, self.clock)
-            backend = self.kube.backend
+            backend = self.kube.loop_backend
         self.backend: ClusterBackend = backend or SimulatedBackend(
             nodes, self.clock, default_runtime=config.default_runtime
         )
@@ -130,7 +130,7 @@ class Service:
         )
         if self.kube is not None:
             self.kube.attach(self.elector, self.metrics)
-            self.kube.backend.set_wake(self.loop.wake)
+            self.kube.set_wake(self.loop.wake)
         self.listener = NotifyListener(self.db, self.loop.wake)
         self.jobs = Ticker(
             config.cycle_interval, self.loop.request_safety_cycle, name="queuemgr-safety-cycle"
