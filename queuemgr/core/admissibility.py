@@ -60,7 +60,9 @@ def _never_fits(config: Config, cq: ClusterQueue, w: Workload) -> Verdict | None
                 f"{fq.flavor}: needs {v} {r}, quota allows at most {most}"
                 + ("" if kept is None else f" (its nominal quota: {_kept_in(cq, kept)})")
             )
-        elif not fits_empty(nodes, fq.flavor, w.shape, w.pod_sets):
+        elif not fits_empty(
+            nodes, fq.flavor, w.shape, w.pod_sets, virtual=bool(cq.admission_checks)
+        ):
             why.append(f"{fq.flavor}: no set of empty nodes can hold the gang")
         else:
             return None

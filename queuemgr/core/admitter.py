@@ -119,7 +119,7 @@ class Admitter:
         # (per_workload, ClusterQueue.no_loan): the others of the shape are still tried.
         self._no_loan: dict[tuple[ClusterQueueName, ShapeId, NoLoan], Verdict] = {}
         self._blocked: dict[ClusterQueueName, Verdict] = {}
-        self._node_fail: dict[tuple[FlavorName, object], Verdict] = {}
+        self._node_fail: dict[tuple[FlavorName, object, bool], Verdict] = {}
         # Cohorts that share fairly: those with a fair-sharing cohort at or above them.
         self._fair_cohorts = frozenset(config.quota_topology.fair_scope)
         self.preemptor = Preemptor(
@@ -161,7 +161,9 @@ class Admitter:
                 ):
                     return STALE
                 nominated_checked = True
-            fail_key = (fq.flavor, w.shape)
+            # A queue with an admission check may plan on nodes an autoscaler adds.
+            virtual = bool(cq.admission_checks)
+            fail_key = (fq.flavor, w.shape, virtual)
             failed = self._node_fail.get(fail_key)
             if failed is None:
                 # Nothing admitted and no reservation made since the same shape and
@@ -170,7 +172,7 @@ class Admitter:
                 held = self.backfill.held_back(held_key, self.ledger.version)
                 if held is not None:
                     return held
-                placements = self.pool.place(fq.flavor, w.pod_sets)
+                placements = self.pool.place(fq.flavor, w.pod_sets, virtual=virtual)
                 if placements is not None:
                     admitted = self._admit(cq, w, fq.flavor, placements, check.borrowing)
                     if admitted is not None:

@@ -48,7 +48,7 @@ class Cache:
         self._policy = policy or SchedulerPolicy()
         self._usage: dict[ClusterQueueName, dict[FlavorName, dict[ResourceName, int]]] = {}
         self._free: dict[NodeName, dict[ResourceName, int]] = {
-            name: dict(n.allocatable) for name, n in config.nodes.items()
+            name: dict(n.allocatable) for name, n in config.all_nodes.items()
         }
         self._index = build_free_index(config.node_topology, self._free)
         # Copies handed to snapshots, reused until the admitted set changes.

@@ -108,6 +108,25 @@ def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) ->
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class NodeTemplate:
+    """The nodes an autoscaler adds to a flavor: what each can hold, and its labels
+    (the flavor's ``node_labels`` are added)."""
+
+    allocatable: Resources
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FlavorAutoscale:
+    """A flavor whose nodes may grow to ``max_nodes``: node fit may plan, for a
+    ClusterQueue with an admission check (which provisions them), on up to
+    ``max_nodes`` minus the flavor's existing nodes *virtual* nodes of ``node``."""
+
+    max_nodes: int
+    node: NodeTemplate
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ResourceFlavor:
     name: FlavorName
     node_labels: Mapping[str, str] = field(default_factory=dict)
@@ -116,6 +135,8 @@ class ResourceFlavor:
     # Added to the pods admitted on this flavor (Kueue's tolerations): node fit takes a
     # pod set placed here as tolerating its own tolerations and these.
     tolerations: tuple[Toleration, ...] = ()
+    # Nodes that do not exist yet (core.node_topology.virtual_nodes); None: none.
+    autoscale: FlavorAutoscale | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_labels.items())
@@ -147,7 +168,7 @@ def _set_fields(
 
 
 _FLAVOR_FIELDS = tuple(f.name for f in fields(ResourceFlavor))
-_FLAVOR_DEFAULTS: dict[str, object] = {"tolerations": ()}
+_FLAVOR_DEFAULTS: dict[str, object] = {"tolerations": (), "autoscale": None}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

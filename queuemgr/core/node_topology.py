@@ -42,33 +42,92 @@ class NodeClass:
     taints: tuple[Taint, ...]
     resources: tuple[ResourceName, ...]  # key order: GPUs first, then by name
     nodes: tuple[NodeName, ...]
+    virtual: bool = False  # nodes an autoscaler may add (see virtual_nodes)
+
+
+# A virtual node's name: ``~`` is in no Kubernetes object name, so none is a real node's.
+VIRTUAL_MARK = "~"
+
+
+def virtual_nodes(
+    flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
+) -> dict[NodeName, tuple[FlavorName, Node]]:
+    """The nodes each autoscaled flavor may still grow by, with their flavor.
+
+    A flavor with ``autoscale`` has ``max_nodes`` minus its existing (schedulable)
+    nodes of them, named ``<flavor>~<i>`` (1, 2, ...), each with the template's
+    allocatable and labels and the flavor's ``node_labels``. Deterministic: the same
+    flavors and nodes give the same names.
+    """
+    scaled = sorted(f for f, rf in flavors.items() if rf.autoscale is not None)
+    if not scaled:
+        return {}
+    flavor_names = sorted(flavors)
+    existing: dict[FlavorName, int] = {}
+    for node in nodes.values():
+        if not node.schedulable:
+            continue
+        match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
+        if match is not None:
+            existing[match] = existing.get(match, 0) + 1
+    out: dict[NodeName, tuple[FlavorName, Node]] = {}
+    for f in scaled:
+        rf = flavors[f]
+        auto = rf.autoscale
+        assert auto is not None
+        labels = {**auto.node.labels, **rf.node_labels}
+        for i in range(1, auto.max_nodes - existing.get(f, 0) + 1):
+            name = NodeName(f"{f}{VIRTUAL_MARK}{i}")
+            out[name] = (
+                f,
+                Node(name=name, labels=labels, allocatable=dict(auto.node.allocatable)),
+            )
+    return out
 
 
 class NodeTopology:
-    """Schedulable nodes by flavor and class; built once per configuration."""
+    """Schedulable nodes by flavor and class; built once per configuration.
+
+    ``virtual`` names the nodes that do not exist yet (:func:`virtual_nodes`) with
+    their flavor; they are in ``nodes`` and ``class_of`` (their free capacity is
+    tracked as any node's) but in classes of their own, out of ``by_flavor`` and
+    ``flavor_of``: only :meth:`candidates` with ``virtual=True`` offers them.
+    """
 
     def __init__(
-        self, flavors: Mapping[FlavorName, ResourceFlavor], nodes: Mapping[NodeName, Node]
+        self,
+        flavors: Mapping[FlavorName, ResourceFlavor],
+        nodes: Mapping[NodeName, Node],
+        virtual: Mapping[NodeName, FlavorName] | None = None,
     ) -> None:
         self.nodes = nodes
+        virtual = virtual or {}
         # What a pod set placed on a flavor tolerates beside its own tolerations.
         self.tolerations = {name: f.tolerations for name, f in flavors.items()}
         self.flavor_of: dict[NodeName, FlavorName] = {}
-        groups: dict[tuple[FlavorName, tuple[Taint, ...]], list[Node]] = {}
+        groups: dict[tuple[FlavorName, tuple[Taint, ...], bool], list[Node]] = {}
         flavor_names = sorted(flavors)
         for name in sorted(nodes):
             node = nodes[name]
-            match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
+            is_virtual = name in virtual
+            if is_virtual:
+                match: FlavorName | None = virtual[name]
+            else:
+                match = next((f for f in flavor_names if flavors[f].selects(node.labels)), None)
             if match is None or not node.schedulable:
                 continue
-            self.flavor_of[name] = match
+            if not is_virtual:
+                self.flavor_of[name] = match
             # A flavor's taints hold on all its nodes, as in Kueue's nodeTaints.
             extra = tuple(t for t in flavors[match].taints if t not in node.taints)
-            groups.setdefault((match, node.taints + extra), []).append(node)
+            groups.setdefault((match, node.taints + extra, is_virtual), []).append(node)
         self.classes: list[NodeClass] = []
         self.class_of: dict[NodeName, NodeClass] = {}
         self.by_flavor: dict[FlavorName, list[NodeClass]] = {}
-        for (flavor, taints), members in groups.items():
+        self.virtual_by_flavor: dict[FlavorName, list[NodeClass]] = {}
+        for (flavor, taints, is_virtual), members in sorted(
+            groups.items(), key=lambda item: item[0][2]
+        ):
             names: set[ResourceName] = set()
             for n in members:
                 names.update(n.allocatable)
@@ -79,13 +138,16 @@ class NodeTopology:
                 taints=taints,
                 resources=ordered,
                 nodes=tuple(n.name for n in members),
+                virtual=is_virtual,
             )
             self.classes.append(cls)
             for n in members:
                 self.class_of[n.name] = cls
-            self.by_flavor.setdefault(cls.flavor, []).append(cls)
-        # (flavor, shape) -> whether the gang fits the flavor's empty nodes (core.placement)
-        self.empty_fit: dict[tuple[FlavorName, object], bool] = {}
+            home = self.virtual_by_flavor if is_virtual else self.by_flavor
+            home.setdefault(cls.flavor, []).append(cls)
+        # (flavor, shape, virtual) -> whether the gang fits the flavor's empty nodes
+        # (core.placement)
+        self.empty_fit: dict[tuple[FlavorName, object, bool], bool] = {}
         self._candidates: dict[tuple[object, ...], list[NodeClass]] = {}
         self._domains: dict[tuple[FlavorName, str], dict[NodeName, str]] = {}
 
@@ -102,17 +164,33 @@ class NodeTopology:
             self._domains[(flavor, key)] = hit
         return hit
 
-    def candidates(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+    def candidates(
+        self, flavor: FlavorName, pod_set: PodSet, *, virtual: bool = False
+    ) -> list[NodeClass]:
+        """The classes ``pod_set`` may use on ``flavor``; with ``virtual``, the virtual
+        ones too, after the existing ones (existing nodes are filled first)."""
         key = (flavor, tuple(sorted(pod_set.node_selector.items())), pod_set.tolerations)
         hit = self._candidates.get(key)
         if hit is None:
-            hit = self._candidates[key] = self._match(flavor, pod_set)
+            hit = self._candidates[key] = self._match(self.by_flavor, flavor, pod_set)
+        if virtual and flavor in self.virtual_by_flavor:
+            vkey = (*key, "virtual")
+            more = self._candidates.get(vkey)
+            if more is None:
+                more = self._match(self.virtual_by_flavor, flavor, pod_set)
+                more = self._candidates[vkey] = hit + more
+            return more
         return hit
 
-    def _match(self, flavor: FlavorName, pod_set: PodSet) -> list[NodeClass]:
+    def _match(
+        self,
+        classes: Mapping[FlavorName, list[NodeClass]],
+        flavor: FlavorName,
+        pod_set: PodSet,
+    ) -> list[NodeClass]:
         # A pod admitted on a flavor carries the flavor's tolerations too (Kueue's).
         tolerations = pod_set.tolerations + self.tolerations.get(flavor, ())
-        return [cls for cls in self.by_flavor.get(flavor, ()) if tolerated(cls.taints, tolerations)]
+        return [cls for cls in classes.get(flavor, ()) if tolerated(cls.taints, tolerations)]
 
     def node_matches(self, name: NodeName, pod_set: PodSet) -> bool:
         labels = self.nodes[name].labels

@@ -106,12 +106,15 @@ class NodePool:
         return groups
 
     def place(
-        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...]
+        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...], *, virtual: bool = False
     ) -> tuple[PodSetPlacement, ...] | None:
-        """A placement for the whole gang on ``flavor``, or None (see ``last_failure``)."""
+        """A placement for the whole gang on ``flavor``, or None (see ``last_failure``).
+
+        With ``virtual`` (a ClusterQueue with an admission check that provisions them),
+        the flavor's virtual nodes may take what its existing nodes cannot."""
         for ps in pod_sets:
             if ps.topology_required is not None or ps.topology_preferred is not None:
-                return self._place_by_topology(flavor, pod_sets)
+                return self._place_by_topology(flavor, pod_sets, virtual)
         topo = self.topology
         taken: dict[NodeName, dict[ResourceName, int]] = {}
         out: list[PodSetPlacement] = []
@@ -123,7 +126,7 @@ class NodePool:
             remaining = ps.count
             placeable = 0
             per_node_selector = bool(ps.node_selector)
-            for cls in topo.candidates(flavor, ps):
+            for cls in topo.candidates(flavor, ps, virtual=virtual):
                 if remaining <= 0:
                     break
                 req = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
@@ -166,7 +169,7 @@ class NodePool:
         return tuple(out)
 
     def _place_by_topology(
-        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...]
+        self, flavor: FlavorName, pod_sets: tuple[PodSet, ...], virtual: bool = False
     ) -> tuple[PodSetPlacement, ...] | None:
         """``place`` for a gang with a topology pod set: each such pod set picks its domains."""
         taken: dict[NodeName, dict[ResourceName, int]] = {}
@@ -178,7 +181,7 @@ class NodePool:
             if key is not None:
                 domain_of = self.topology.domain_of(flavor, key)
                 dominant = dominant_resource(ps)
-                room, free = self._domains(flavor, ps, taken, domain_of, dominant)
+                room, free = self._domains(flavor, ps, taken, domain_of, dominant, virtual)
                 plan = plan_domains(ps.count, room, free, spill=ps.topology_required is None)
                 if plan is None:
                     largest = min(free, key=lambda v: (-free[v], v), default=None)
@@ -196,10 +199,12 @@ class NodePool:
                     )
                     return None
                 for value in plan:
-                    remaining = self._fill(flavor, ps, remaining, taken, out, domain_of, value)
+                    remaining = self._fill(
+                        flavor, ps, remaining, taken, out, domain_of, value, virtual
+                    )
             if remaining > 0 and ps.topology_required is None:
                 # No topology, or a preferred one that its domains cannot hold.
-                remaining = self._fill(flavor, ps, remaining, taken, out, None, None)
+                remaining = self._fill(flavor, ps, remaining, taken, out, None, None, virtual)
             if remaining > 0:
                 self.last_failure = FitFailure(
                     pod_set=ps.name,
@@ -212,11 +217,11 @@ class NodePool:
         return tuple(out)
 
     def _eligible(
-        self, flavor: FlavorName, ps: PodSet
+        self, flavor: FlavorName, ps: PodSet, virtual: bool = False
     ) -> Iterator[tuple[NodeClass, int, NodeName]]:
         """The nodes ``ps`` may use, best fit first, each with how many pods fit its free."""
         topo = self.topology
-        for cls in topo.candidates(flavor, ps):
+        for cls in topo.candidates(flavor, ps, virtual=virtual):
             if any(v > 0 and r not in cls.resources for r, v in ps.node_requests.items()):
                 continue
             req = tuple(ps.node_requests.get(r, 0) for r in cls.resources)
@@ -235,11 +240,12 @@ class NodePool:
         taken: Mapping[NodeName, Resources],
         domain_of: Mapping[NodeName, str],
         dominant: ResourceName | None,
+        virtual: bool = False,
     ) -> tuple[dict[str, int], dict[str, int]]:
         """Per domain: how many pods of ``ps`` it holds now, and its free ``dominant``."""
         room: dict[str, int] = {}
         free: dict[str, int] = {}
-        for _cls, per_node, node in self._eligible(flavor, ps):
+        for _cls, per_node, node in self._eligible(flavor, ps, virtual):
             value = domain_of.get(node)
             if value is None:
                 continue
@@ -261,9 +267,10 @@ class NodePool:
         out: list[PodSetPlacement],
         domain_of: Mapping[NodeName, str] | None,
         value: str | None,
+        virtual: bool = False,
     ) -> int:
         """Put up to ``remaining`` pods best fit (in one domain if given); return what is left."""
-        for _cls, per_node, node in self._eligible(flavor, ps):
+        for _cls, per_node, node in self._eligible(flavor, ps, virtual):
             if remaining <= 0:
                 break
             if domain_of is not None and domain_of.get(node) != value:
@@ -400,14 +407,20 @@ def _minus(a: Resources, b: Resources) -> dict[ResourceName, int]:
 
 
 def fits_empty(
-    topology: NodeTopology, flavor: FlavorName, shape: object, pod_sets: tuple[PodSet, ...]
+    topology: NodeTopology,
+    flavor: FlavorName,
+    shape: object,
+    pod_sets: tuple[PodSet, ...],
+    *,
+    virtual: bool = False,
 ) -> bool:
-    """Could the gang fit on this flavor's nodes if they were all empty?"""
-    key = (flavor, shape)
+    """Could the gang fit on this flavor's nodes (with ``virtual``, its virtual nodes
+    too) if they were all empty?"""
+    key = (flavor, shape, virtual)
     hit = topology.empty_fit.get(key)
     if hit is None:
         nodes = topology.nodes
-        empty = NodePool(topology, {n: nodes[n].allocatable for n in topology.flavor_of})
-        hit = empty.place(flavor, pod_sets) is not None
+        empty = NodePool(topology, {n: nodes[n].allocatable for n in topology.class_of})
+        hit = empty.place(flavor, pod_sets, virtual=virtual) is not None
         topology.empty_fit[key] = hit
     return hit

@@ -32,7 +32,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.node_topology import FreeIndex, NodeTopology
+from queuemgr.core.node_topology import FreeIndex, NodeTopology, virtual_nodes
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import PendingQueue
 from queuemgr.core.quota_topology import QuotaTopology
@@ -91,8 +91,22 @@ class Config:
         return QuotaTopology(self.cluster_queues, self.cohorts)
 
     @cached_property
+    def virtual_nodes(self) -> Mapping[NodeName, tuple[FlavorName, Node]]:
+        """The nodes autoscaled flavors may still grow by (core.node_topology)."""
+        return virtual_nodes(self.flavors, self.nodes)
+
+    @cached_property
+    def all_nodes(self) -> Mapping[NodeName, Node]:
+        """The nodes and the virtual nodes, by name: what node fit tracks free capacity of."""
+        if not self.virtual_nodes:
+            return self.nodes
+        merged = {**self.nodes, **{name: node for name, (_, node) in self.virtual_nodes.items()}}
+        return {name: merged[name] for name in sorted(merged)}
+
+    @cached_property
     def node_topology(self) -> NodeTopology:
-        return NodeTopology(self.flavors, self.nodes)
+        virtual = {name: flavor for name, (flavor, _) in self.virtual_nodes.items()}
+        return NodeTopology(self.flavors, self.all_nodes, virtual)
 
     @cached_property
     def orderings(self) -> dict[ClusterQueueName, tuple[Ordering | None, Ordering | None]]:
@@ -217,7 +231,7 @@ def build_snapshot(
     return Snapshot(
         config=config,
         usage=usage_of(admitted_map.values()),
-        node_free=node_free_of(config.nodes, admitted_map.values()),
+        node_free=node_free_of(config.all_nodes, admitted_map.values()),
         admitted=admitted_map,
         pending={cq: PendingQueue.of(ws) for cq, ws in queues.items()},
         unroutable=unroutable,

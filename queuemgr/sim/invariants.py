@@ -81,7 +81,7 @@ class InvariantChecker:
         pod_sets = {ps.name: ps for ps in a.workload.pod_sets}
         for p in a.admission.placements:
             ps = pod_sets.get(p.pod_set)
-            node = cfg.nodes.get(p.node)
+            node = cfg.all_nodes.get(p.node)
             if ps is None or node is None or flavor is None or p.count <= 0:
                 self._fail(f"{wid}: placement {p} names an unknown pod set, node or flavor")
                 continue
@@ -104,9 +104,9 @@ class InvariantChecker:
             key = ps.topology_required
             if key is not None:
                 values = {
-                    cfg.nodes[p.node].labels.get(key)
+                    cfg.all_nodes[p.node].labels.get(key)
                     for p in a.admission.placements
-                    if p.pod_set == ps.name and p.node in cfg.nodes
+                    if p.pod_set == ps.name and p.node in cfg.all_nodes
                 }
                 if len(values) != 1 or None in values:
                     self._fail(f"{wid}: pod set {ps.name} requires one {key}, placed on {values}")
@@ -173,7 +173,7 @@ class InvariantChecker:
     def _check_nodes(
         self, node_used: Mapping[tuple[NodeName, ResourceName], int], snapshot: Snapshot
     ) -> None:
-        nodes = self.config.nodes
+        nodes = self.config.all_nodes  # the virtual nodes too (core.node_topology)
         for (name, r), v in node_used.items():
             node = nodes.get(name)
             if node is None:

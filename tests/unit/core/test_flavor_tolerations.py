@@ -122,11 +122,12 @@ def test_node_topology_candidates_differ_by_flavor_for_one_pod_set() -> None:
 
 def test_a_flavor_pickled_before_tolerations_existed_loads_without_them() -> None:
     flavor = ResourceFlavor(name=FlavorName("h100"), node_labels={"gpu": "h100"}, taints=(SPOT,))
-    old_state = flavor.__getstate__()[:-1]  # the fields as they were before tolerations
+    # The fields as they were before tolerations (and autoscale, after them).
+    old_state = flavor.__getstate__()[:-2]
     loaded = ResourceFlavor.__new__(ResourceFlavor)
     loaded.__setstate__(old_state)
     assert loaded == flavor and loaded.tolerations == ()
     tolerant = ResourceFlavor(name=FlavorName("spot"), tolerations=(TOLERATE_SPOT,))
     assert pickle.loads(pickle.dumps(tolerant)) == tolerant
-    with pytest.raises(ValueError, match="a flavor has 4 fields"):
+    with pytest.raises(ValueError, match="a flavor has 5 fields"):
         ResourceFlavor.__new__(ResourceFlavor).__setstate__([*tolerant.__getstate__(), 1])
