@@ -23,11 +23,13 @@ from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
     Cohort,
+    FlavorAutoscale,
     FlavorName,
     FlavorQuota,
     LocalQueue,
     Node,
     NodeName,
+    NodeTemplate,
     Ordering,
     PodSet,
     PodSetPlacement,
@@ -168,7 +170,29 @@ def flavor_json(f: ResourceFlavor) -> Json:
         "node_labels": dict(f.node_labels),
         "taints": taints(f.taints),
         "tolerations": tolerations(f.tolerations),
+        "autoscale": autoscale(f.autoscale),
     }
+
+
+def autoscale(a: FlavorAutoscale | None) -> Json | None:
+    if a is None:
+        return None
+    return {
+        "max_nodes": a.max_nodes,
+        "node": {"allocatable": vector(a.node.allocatable), "labels": dict(a.node.labels)},
+    }
+
+
+def autoscale_of(raw: Mapping[str, Any] | None) -> FlavorAutoscale | None:
+    if raw is None:
+        return None
+    node = raw["node"]
+    return FlavorAutoscale(
+        max_nodes=int(raw["max_nodes"]),
+        node=NodeTemplate(
+            allocatable=resources(node["allocatable"]), labels=dict(node.get("labels") or {})
+        ),
+    )
 
 
 def node_json(n: Node) -> Json:

@@ -61,6 +61,7 @@ def _flavor_of(r: Row) -> ResourceFlavor:
         node_labels=dict(r["node_labels"]),
         taints=codec.taints_of(r["taints"]),
         tolerations=codec.tolerations_of(r["tolerations"]),
+        autoscale=codec.autoscale_of(r["autoscale"]),
     )
 
 

@@ -131,4 +131,5 @@ def flavor(conn: Connection, name: str) -> ResourceFlavor | None:
         node_labels=dict(row["node_labels"]),
         taints=codec.taints_of(row["taints"]),
         tolerations=codec.tolerations_of(row["tolerations"]),
+        autoscale=codec.autoscale_of(row["autoscale"]),
     )

@@ -86,6 +86,9 @@ class Flavor(Base):
     taints: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
     # Added to the pods admitted on the flavor (migration 0019); [] tolerates nothing.
     tolerations: Mapped[list[Json]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    # The nodes an autoscaler may add (migration 0022): {max_nodes, node: {allocatable,
+    # labels}}; NULL: none.
+    autoscale: Mapped[Json | None] = mapped_column(JSONB(none_as_null=True), nullable=True)
 
 
 class Node(Base):
