@@ -258,7 +258,12 @@ class MultiClusterBackend:
             ps.topology is not None and ps.topology != CLUSTER_LABEL
             for ps in admitted.workload.pod_sets
         )
-        core = placed.pop() if len(placed) == 1 else None
+        if len(placed) > 1:
+            raise BackendError(
+                f"start {admitted.workload.id}: placed across worker clusters"
+                f" {sorted(c or '?' for c in placed)}; a gang runs in one"
+            )
+        core = placed.pop() if placed else None
         if pinned and core is not None and core in live:
             return core  # pinned to a domain of that cluster's nodes: only there
         dispatched = self.fleet.dispatched()

@@ -600,3 +600,23 @@ def test_worker_clusters_and_the_dispatch_policy_are_read_and_checked(tmp_path: 
         parse_kubernetes({"worker_clusters": [{"name": "a", "kubeconfig": "x"}] * 2}, tmp_path)
     with pytest.raises(InputError, match=r"worker_clusters\[0\].name: bad name"):
         parse_kubernetes({"worker_clusters": [{"name": "A.b", "kubeconfig": "x"}]}, tmp_path)
+
+
+def test_a_gang_placed_across_clusters_is_refused() -> None:
+    world = World()
+    world.rounds()
+    wid = world.submit("a")
+    admitted = _admitted(wid, "w1.n1", gpus=4)
+    spread = Admission(
+        workload=WorkloadId(wid),
+        cluster_queue=ClusterQueueName("cq"),
+        flavor=FlavorName("gpu"),
+        placements=(
+            PodSetPlacement(pod_set="main", node=NodeName("w1.n1"), count=1),
+            PodSetPlacement(pod_set="main", node=NodeName("w2.n1"), count=1),
+        ),
+    )
+    across = AdmittedWorkload(workload=admitted.workload, admission=spread, admitted_at=1.0)
+    with pytest.raises(BackendError, match="placed across worker clusters"):
+        world.backend.start(across)
+    assert world.fleet.where(WorkloadId(wid)) is None
