@@ -21,12 +21,19 @@ from queuemgr.cli.errors import BadInput, CliError, handled, not_found
 from queuemgr.cli.flags import SUBDOMAIN, check_name
 from queuemgr.cli.output import emit, output_option, print_fields, print_table
 from queuemgr.core.model import (
+    FlavorAutoscale,
     FlavorName,
     ResourceFlavor,
     Toleration,
 )
 from queuemgr.core.snapshot import Config
-from queuemgr.spec.objects import TOLERATION_SYNTAX, parse_taints, toleration_of_text
+from queuemgr.spec.objects import (
+    AUTOSCALE_SYNTAX,
+    TOLERATION_SYNTAX,
+    autoscale_of_text,
+    parse_taints,
+    toleration_of_text,
+)
 from queuemgr.store import admin, codec
 from queuemgr.store.audit import os_actor
 from queuemgr.store.config_objects import load_config, upsert_flavor
@@ -53,6 +60,32 @@ def _tolerations(given: tuple[str, ...]) -> tuple[Toleration, ...]:
     return tuple(toleration_of_text(raw, "--toleration") for raw in given)
 
 
+_AUTOSCALE = click.option(
+    "--autoscale",
+    metavar=AUTOSCALE_SYNTAX,
+    help=(
+        "The flavor may grow to MAX_NODES nodes of this allocatable (the autoscaler's node "
+        "template): node fit of a ClusterQueue with an admission check may plan on the "
+        "nodes not there yet (docs/scheduling.md)."
+    ),
+)
+_AUTOSCALE_LABEL = click.option(
+    "--autoscale-label",
+    "autoscale_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A label of the autoscaler's nodes, beside the flavor's (repeatable; with --autoscale).",
+)
+
+
+def _autoscale(given: str | None, labels: tuple[str, ...]) -> FlavorAutoscale | None:
+    if given is None:
+        if labels:
+            raise BadInput("--autoscale-label: needs --autoscale")
+        return None
+    return autoscale_of_text(given, key_values(labels, "--autoscale-label"), "--autoscale")
+
+
 @flavor.command("create")
 @click.argument("name")
 @click.option(
@@ -60,9 +93,16 @@ def _tolerations(given: tuple[str, ...]) -> tuple[Toleration, ...]:
 )
 @click.option("--taint", "taints", multiple=True, metavar="KEY=VALUE:EFFECT", help="Taint.")
 @_TOLERATION
+@_AUTOSCALE
+@_AUTOSCALE_LABEL
 @handled
 def flavor_create(
-    name: str, labels: tuple[str, ...], taints: tuple[str, ...], tolerations: tuple[str, ...]
+    name: str,
+    labels: tuple[str, ...],
+    taints: tuple[str, ...],
+    tolerations: tuple[str, ...],
+    autoscale: str | None,
+    autoscale_labels: tuple[str, ...],
 ) -> None:
     """Create ResourceFlavor NAME."""
     check_name(name, "NAME", SUBDOMAIN)
@@ -76,6 +116,7 @@ def flavor_create(
         node_labels=key_values(labels, "--label"),
         taints=parse_taints(raw_taints, "--taint"),
         tolerations=_tolerations(tolerations),
+        autoscale=_autoscale(autoscale, autoscale_labels),
     )
     with database() as db, db.write() as conn:
         if FlavorName(name) in load_config(conn)[0].flavors:
@@ -88,20 +129,37 @@ def flavor_create(
 @click.argument("name")
 @_TOLERATION
 @click.option("--clear-tolerations", is_flag=True, help="Add no tolerations to the flavor's pods.")
+@_AUTOSCALE
+@_AUTOSCALE_LABEL
+@click.option("--clear-autoscale", is_flag=True, help="No nodes beyond the existing ones.")
 @handled
-def flavor_edit(name: str, tolerations: tuple[str, ...], clear_tolerations: bool) -> None:
-    """Change the tolerations of ResourceFlavor NAME: --toleration replaces them all."""
+def flavor_edit(
+    name: str,
+    tolerations: tuple[str, ...],
+    clear_tolerations: bool,
+    autoscale: str | None,
+    autoscale_labels: tuple[str, ...],
+    clear_autoscale: bool,
+) -> None:
+    """Change the tolerations or the autoscale of ResourceFlavor NAME: --toleration
+    replaces the tolerations, --autoscale the autoscale."""
     if tolerations and clear_tolerations:
         raise BadInput("--toleration: cannot be combined with --clear-tolerations")
+    if autoscale is not None and clear_autoscale:
+        raise BadInput("--autoscale: cannot be combined with --clear-autoscale")
     new = _tolerations(tolerations)
+    new_autoscale = _autoscale(autoscale, autoscale_labels)
     with database() as db, db.write() as conn:
         flavors = load_config(conn)[0].flavors
         old = flavors.get(FlavorName(name))
         if old is None:
             raise not_found("flavor", name, flavors)
-        changed = False
+        edited = old
         if tolerations or clear_tolerations:
-            changed = upsert_flavor(conn, replace(old, tolerations=new), actor=os_actor())
+            edited = replace(edited, tolerations=new)
+        if autoscale is not None or clear_autoscale:
+            edited = replace(edited, autoscale=new_autoscale)
+        changed = edited != old and upsert_flavor(conn, edited, actor=os_actor())
     click.echo(f"resourceflavor {name} {'edited' if changed else 'unchanged'}")
 
 
@@ -156,6 +214,17 @@ def _tolerations_text(d: dict[str, Any]) -> str:
     return ",".join(toleration_text(t) for t in d["tolerations"]) or "-"
 
 
+def _autoscale_text(d: dict[str, Any]) -> str:
+    """``up to 8 nodes of cpu=96000,nvidia.com/gpu=8 (zone=a)``, or ``-``."""
+    a = d.get("autoscale")
+    if not a:
+        return "-"
+    node = a["node"]
+    vector = ",".join(f"{k}={v}" for k, v in sorted(node["allocatable"].items()))
+    labels = ",".join(f"{k}={v}" for k, v in sorted(node["labels"].items()))
+    return f"up to {a['max_nodes']} nodes of {vector}" + (f" ({labels})" if labels else "")
+
+
 def _flavor_table(doc: dict[str, Any]) -> None:
     rows = [
         (
@@ -188,6 +257,7 @@ def _flavor_describe(d: dict[str, Any]) -> None:
             ("Node labels", _labels_text(d)),
             ("Taints", _taints_text(d)),
             ("Tolerations", _tolerations_text(d)),
+            ("Autoscale", _autoscale_text(d)),
             ("ClusterQueues", ", ".join(d["cluster_queues"]) or "-"),
         ]
     )

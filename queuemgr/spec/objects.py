@@ -17,8 +17,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 from queuemgr.core.model import (
+    FlavorAutoscale,
     FlavorName,
     FlavorQuota,
+    NodeTemplate,
     PodSet,
     PreemptionPolicy,
     ReclaimWithinCohort,
@@ -104,6 +106,49 @@ def toleration_of_text(raw: str, flag: str) -> Toleration:
         raise ScenarioError(f"{where}: expected {TOLERATION_SYNTAX}")
     effect = y.choice(TaintEffect, effect_text, f"{where}: effect") if colon else None
     return Toleration(key=key, operator="Equal" if eq else "Exists", value=value, effect=effect)
+
+
+def parse_autoscale(raw: object, path: str) -> FlavorAutoscale | None:
+    """A flavor's ``autoscale``: ``{max_nodes: N, node: {allocatable: {...}, labels?: {...}}}``
+    (null or absent: none)."""
+    if raw is None:
+        return None
+    m = y.mapping(raw, path, required=("max_nodes", "node"))
+    max_nodes = y.integer(m["max_nodes"], at(path, "max_nodes"), minimum=1)
+    node_path = at(path, "node")
+    node = y.mapping(m["node"], node_path, required=("allocatable",), optional=("labels",))
+    allocatable = resources(node["allocatable"], at(node_path, "allocatable"))
+    if not any(v > 0 for v in allocatable.values()):
+        raise ScenarioError(f"{at(node_path, 'allocatable')}: expected some capacity")
+    return FlavorAutoscale(
+        max_nodes=max_nodes,
+        node=NodeTemplate(
+            allocatable=allocatable,
+            labels=y.string_map(node.get("labels", {}), at(node_path, "labels")),
+        ),
+    )
+
+
+AUTOSCALE_SYNTAX = "MAX_NODES:RESOURCE=QTY[,RESOURCE=QTY...]"
+
+
+def autoscale_of_text(raw: str, labels: Mapping[str, str], flag: str) -> FlavorAutoscale:
+    """A ``--autoscale MAX_NODES:RESOURCE=QTY,...`` (the node template's allocatable),
+    with the template's labels from ``--autoscale-label``."""
+    where = f"{flag} {shown(raw)}"
+    count, colon, vector = raw.partition(":")
+    if not colon or not count.strip().isdigit() or int(count) < 1:
+        raise ScenarioError(f"{where}: expected {AUTOSCALE_SYNTAX} with MAX_NODES at least 1")
+    amounts: dict[str, str] = {}
+    for part in vector.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ScenarioError(f"{where}: expected {AUTOSCALE_SYNTAX}")
+        amounts[key.strip()] = value.strip()
+    return FlavorAutoscale(
+        max_nodes=int(count),
+        node=NodeTemplate(allocatable=resources(amounts, flag), labels=dict(labels)),
+    )
 
 
 def parse_pod_set(raw: object, path: str) -> PodSet:

@@ -42,6 +42,7 @@ from queuemgr.spec.knobs import parse_duration, parse_policy
 from queuemgr.spec.objects import (
     check_partial,
     parse_admission_checks,
+    parse_autoscale,
     parse_pod_set,
     parse_preemption,
     parse_quotas,
@@ -101,7 +102,10 @@ def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:
     for i, item in enumerate(y.sequence(raw, "flavors")):
         p = at("flavors", i)
         m = y.mapping(
-            item, p, required=("name",), optional=("node_labels", "taints", "tolerations")
+            item,
+            p,
+            required=("name",),
+            optional=("node_labels", "taints", "tolerations", "autoscale"),
         )
         fname = FlavorName(y.name(m["name"], at(p, "name"), NameRule.SUBDOMAIN))
         y.unique(seen, fname, p, "flavor")
@@ -110,6 +114,7 @@ def _flavors(raw: object) -> dict[FlavorName, ResourceFlavor]:
             node_labels=y.string_map(m.get("node_labels", {}), at(p, "node_labels")),
             taints=parse_taints(m.get("taints", []), at(p, "taints")),
             tolerations=parse_tolerations(m.get("tolerations", []), at(p, "tolerations")),
+            autoscale=parse_autoscale(m.get("autoscale"), at(p, "autoscale")),
         )
     return out
 
