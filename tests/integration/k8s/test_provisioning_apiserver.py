@@ -7,23 +7,33 @@ ProvisioningRequest exists with the check's class and one PodTemplate per pod se
 its Job stays suspended, and ``why`` and the Job say ``WaitingForAdmissionCheck``.
 ``Provisioned=True`` starts it. A gang whose request gets ``Failed=True`` is evicted
 (``AdmissionCheckFailed``), requeued after the check's backoff, and reserved again
-under a new request.
+under a new request. A gang that fits the existing nodes only with those a flavor's
+autoscale declares is admitted onto them in a queue with the check, and runs once its
+request is provisioned and the autoscaler's Node exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from kubernetes import client
 
 from queuemgr.cli.main import main
 from queuemgr.controller.kube_section import AdmissionCheckSettings
-from queuemgr.core.model import ClusterQueueName, FlavorName, FlavorQuota
+from queuemgr.core.model import (
+    ClusterQueueName,
+    FlavorAutoscale,
+    FlavorName,
+    FlavorQuota,
+    NodeTemplate,
+)
 from queuemgr.k8s.jobstatus import REASON_ANNOTATION
 from queuemgr.k8s.provisioning import CHECK_LABEL, GROUP, PLURAL, VERSION
 from queuemgr.store import config_objects as store_config
@@ -154,3 +164,63 @@ def test_a_gang_waits_for_its_request_then_starts_or_is_requeued(env: KubeEnv) -
         )
         wait_for(lambda: request not in _requests(env, a), what="the failed request deleted")
         assert env.suspended(a, "unlucky")
+
+
+def test_a_gang_too_big_for_the_nodes_waits_for_the_autoscalers_nodes(env: KubeEnv) -> None:
+    """The flavor may grow to three nodes (autoscale): a gang of three 8-GPU pods fits
+    the two existing nodes only with a virtual one, which only a queue with the check
+    plans on. Admitted there, it waits for its ProvisioningRequest, and runs once the
+    test (the autoscaler) sets Provisioned=True and adds the Node."""
+    install_provisioning_crd(env.api)
+    a, _ = env.namespaces
+    template = NodeTemplate(allocatable={GPU: 8})
+    with env.engine.begin() as conn:
+        config, _ = store_config.load_config(conn)
+        flavor = config.flavors[FlavorName("h100")]
+        store_config.upsert_flavor(
+            conn,
+            dataclasses.replace(flavor, autoscale=FlavorAutoscale(max_nodes=3, node=template)),
+            actor="test",
+        )
+        cq = config.cluster_queues[ClusterQueueName("team-a")]
+        bigger = dataclasses.replace(
+            cq, flavors=(FlavorQuota(flavor=FlavorName("h100"), nominal={GPU: 24}),)
+        )
+        store_config.upsert_cluster_queue(conn, bigger, actor="test")
+    check = AdmissionCheckSettings(name=CHECK, provisioning_class=CLASS)
+    with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
+        env.start(admission_checks=(check,))
+        env.batch.create_namespaced_job(a, job_manifest("big", pods=3))
+        wait_for(lambda: "big" in env.states(), what="big's workload")
+        time.sleep(3)  # some cycles: no check, no virtual node, no fit
+        assert env.states()["big"][0] == "Inadmissible"  # its gang fits no nodes there
+        assert not _requests(env, a)
+
+        with env.engine.begin() as conn:
+            store_config.upsert_cluster_queue(
+                conn, dataclasses.replace(bigger, admission_checks=(CHECK,)), actor="test"
+            )
+        env.wait_state("big", "Admitted")  # two existing nodes and a virtual one
+        with env.engine.connect() as conn:
+            nodes = {r.node for r in conn.execute(sa.text("SELECT node FROM placements"))}
+        assert nodes == {*env.nodes, "h100~1"}
+        request = "big-provisioning-request-1"
+        wait_for(lambda: request in _requests(env, a), what="big's ProvisioningRequest")
+        (pod_set,) = _requests(env, a)[request]["spec"]["podSets"]
+        assert pod_set["count"] == 3
+        _condition(env, a, request, "Provisioned", "False", "scaling up")
+        wait_for(
+            lambda: "Provisioned=False: scaling up" in _reason(env, a, "big"),
+            what="big waiting for its request",
+        )
+        assert env.suspended(a, "big") and not env.bound_pods(a, "big")
+
+        _condition(env, a, request, "Provisioned", "True", "provisioned")
+        node = f"gpu-{env.suffix}-new"
+        add_gpu_node(env.api, node, gpus=8, labels={POOL: env.suffix})
+        env.nodes.append(node)
+        env.wait_running(a, "big", 3)
+        assert {p.spec.node_name for p in env.bound_pods(a, "big")} == set(env.nodes)
+        kubelet.finish(a, "big", 3)
+        env.wait_state("big", "Finished")
+        wait_for(lambda: not _requests(env, a), what="the finished gang's request deleted")
