@@ -111,6 +111,7 @@ class MultiClusterBackend:
         self.start_concurrency = start_concurrency
         self._flavors = flavors
         self._lock = threading.Lock()
+        self._choosing = threading.Lock()
         self._needs: dict[WorkloadId, Need] = {}
         self._completed: list[RunEnd] = []
         self._reported: set[tuple[WorkloadId, float | None]] = set()
@@ -204,7 +205,6 @@ class MultiClusterBackend:
         flavor = self._flavors(admitted.admission.flavor)
         if flavor is None:
             raise BackendError(f"start {wid}: flavor {admitted.admission.flavor} not found")
-        cluster = self._choose(admitted)
         labels: dict[NodeName, dict[str, Any]] = {}
         for p in admitted.admission.placements:
             node = self.fleet.node(p.node)
@@ -231,12 +231,15 @@ class MultiClusterBackend:
             body = copy_of(ref.obj, ref.job.run_with(placement))
         except RemoteError as error:
             raise BackendError(f"start {wid}: {error}") from error
-        with self._lock:
-            self._needs[wid] = _admitted_need(admitted)
-        try:
-            self.fleet.dispatch(wid, cluster)  # before the copy exists: a loss evicts it
-        except ValueError as error:
-            raise BackendError(f"start {wid}: {error}") from error
+        # One choice at a time: two starts must not both count the same free room.
+        with self._choosing:
+            cluster = self._choose(admitted)
+            with self._lock:
+                self._needs[wid] = _admitted_need(admitted)
+            try:
+                self.fleet.dispatch(wid, cluster)  # before the copy exists: a loss evicts it
+            except ValueError as error:
+                raise BackendError(f"start {wid}: {error}") from error
         try:
             created = self.workers[cluster].create(body)
         except RemoteError as error:

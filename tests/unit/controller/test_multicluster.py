@@ -620,3 +620,24 @@ def test_a_gang_placed_across_clusters_is_refused() -> None:
     with pytest.raises(BackendError, match="placed across worker clusters"):
         world.backend.start(across)
     assert world.fleet.where(WorkloadId(wid)) is None
+
+
+def test_concurrent_starts_do_not_count_the_same_free_room_twice() -> None:
+    import threading
+
+    world = World()
+    world.rounds()
+    wids = [world.submit(f"c{i}") for i in range(3)]
+    barrier = threading.Barrier(3)
+
+    def start(wid: str) -> None:
+        barrier.wait()
+        world.backend.start(_admitted(wid, "w2.n1"))
+
+    threads = [threading.Thread(target=start, args=(w,)) for w in wids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    where = sorted(str(world.fleet.where(WorkloadId(w))) for w in wids)
+    assert where == ["w1", "w1", "w2"]
