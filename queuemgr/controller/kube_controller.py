@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from queuemgr.controller.kube_backend import KubernetesBackend
@@ -32,13 +33,15 @@ from queuemgr.controller.multicluster import Fleet, keep_in_one_cluster
 from queuemgr.controller.multicluster_backend import MultiClusterBackend, WorkerMonitor
 from queuemgr.controller.ports import Clock, ClusterBackend
 from queuemgr.controller.provisioning import AdmissionCheckGate, AdmissionCheckWorker
+from queuemgr.core.domains import DomainChoice, DomainRule
 from queuemgr.core.model import ResourceFlavor
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.k8s.apiclient import RateLimitedApiClient, api_client
 from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.events import EventRecorder
 from queuemgr.k8s.jobapi import served_kinds
 from queuemgr.k8s.provisioning import ProvisioningApi
-from queuemgr.k8s.remote import WorkerApi
+from queuemgr.k8s.remote import CLUSTER_LABEL, WorkerApi
 from queuemgr.store.handle import Database
 from queuemgr.store.job_rows import flavor
 
@@ -147,6 +150,19 @@ class KubeController:
         with self._flavor_lock:
             self._flavors[name] = (found, now)
         return found
+
+    def scheduling_policy(self, policy: SchedulerPolicy) -> SchedulerPolicy:
+        """``policy``, with worker clusters: the dispatch policy as the core's rule for
+        choosing a gang's cluster (the domain of ``queuemgr.io/cluster`` it requires)."""
+        s = self.settings
+        if not s.worker_clusters:
+            return policy
+        rule = DomainRule(
+            label=CLUSTER_LABEL,
+            choice=DomainChoice(s.dispatch),
+            order=tuple(w.name for w in s.worker_clusters),
+        )
+        return replace(policy, domain_rules=(*policy.domain_rules, rule))
 
     def attach(self, elector: LeaderElector, metrics: SchedulerMetrics) -> None:
         """The parts that act only while leading."""

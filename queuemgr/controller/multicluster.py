@@ -26,14 +26,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from queuemgr.controller.kube_section import FIRST_FIT as FIRST_FIT
+from queuemgr.controller.kube_section import MOST_FREE
 from queuemgr.core.model import Workload, WorkloadId
 from queuemgr.core.resources import GPU, ResourceName, Resources
 from queuemgr.k8s.cluster import Topic
 from queuemgr.k8s.reflector import Change, Obj, key_of
 from queuemgr.k8s.remote import CLUSTER_LABEL, node_name
-
-FIRST_FIT = "first-fit"
-MOST_FREE = "most-free"
 
 
 def fits(need: Resources, free: Resources) -> bool:

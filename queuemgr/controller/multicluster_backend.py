@@ -257,23 +257,26 @@ class MultiClusterBackend:
     def _choose(self, admitted: AdmittedWorkload) -> str:
         placed = {self.fleet.cluster_of_node(p.node) for p in admitted.admission.placements}
         live = self.fleet.live_clusters()
-        pinned = any(
-            ps.topology is not None and ps.topology != CLUSTER_LABEL
-            for ps in admitted.workload.pod_sets
-        )
         if len(placed) > 1:
             raise BackendError(
                 f"start {admitted.workload.id}: placed across worker clusters"
                 f" {sorted(c or '?' for c in placed)}; a gang runs in one"
             )
         core = placed.pop() if placed else None
-        if pinned and core is not None and core in live:
-            return core  # pinned to a domain of that cluster's nodes: only there
+        if core is not None:
+            # The core placed every pod on that cluster's nodes, and the store records
+            # those nodes as used: no other worker is known to fit the gang node by node,
+            # and sending it elsewhere would part the two views of per-node use.
+            if core not in live:
+                raise BackendError(
+                    f"start {admitted.workload.id}: placed on worker cluster {core},"
+                    " which is not live"
+                )
+            return core
+        # Placed on no worker's nodes: the policy's choice, by counts.
         dispatched = self.fleet.dispatched()
         free = {c: self._free(c, dispatched) for c in live}
         chosen = choose_cluster(self.policy, self.fleet.order, free, _admitted_need(admitted))
-        if chosen is None:
-            chosen = core if core in live else None
         if chosen is None:
             raise BackendError(f"start {admitted.workload.id}: no live worker cluster holds it")
         return chosen

@@ -94,7 +94,12 @@ class Admitter:
         self.now = now
         config = snapshot.config
         self.ledger = QuotaLedger(config.quota_topology, snapshot.usage)
-        self.pool = NodePool(config.node_topology, snapshot.node_free, snapshot.node_index)
+        self.pool = NodePool(
+            config.node_topology,
+            snapshot.node_free,
+            snapshot.node_index,
+            snapshot.policy.domain_rules,
+        )
         self.admitted: list[AdmittedWorkload] = []
         # What the planners count as starting now: the admissions and the held claims.
         self.planned: list[AdmittedWorkload] = []

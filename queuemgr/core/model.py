@@ -171,6 +171,22 @@ _FLAVOR_FIELDS = tuple(f.name for f in fields(ResourceFlavor))
 _FLAVOR_DEFAULTS: dict[str, object] = {"tolerations": (), "autoscale": None}
 
 
+class DomainChoice(enum.Enum):
+    BEST_FIT = "best-fit"  # the least free dominant resource that holds it
+    FIRST_FIT = "first-fit"  # the first in the rule's order that holds it
+    MOST_FREE = "most-free"  # the most free dominant resource
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DomainRule:
+    """How the domains of one node label are chosen (core.domains); values not in ``order`` come
+    after those in it, by value."""
+
+    label: str
+    choice: DomainChoice
+    order: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Node:
     name: NodeName

@@ -25,11 +25,11 @@ Which domains is core.domains' choice; filling their nodes is done here.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from queuemgr.core.domains import DomainRule, plan_domains
 from queuemgr.core.domains import dominant as dominant_resource
-from queuemgr.core.domains import plan_domains
 from queuemgr.core.model import FlavorName, NodeName, PodSet, PodSetPlacement
 from queuemgr.core.node_topology import FreeIndex, NodeClass, NodeTopology, free_key
 from queuemgr.core.resources import GPU, ResourceName, Resources, format_quantity, how_many
@@ -76,8 +76,10 @@ class NodePool:
         topology: NodeTopology,
         free: Mapping[NodeName, Resources],
         index: FreeIndex | None = None,
+        rules: Sequence[DomainRule] = (),
     ) -> None:
         self.topology = topology
+        self._rules = {r.label: r for r in rules}
         self._base = free
         self._base_index = index
         self._own: dict[NodeName, dict[ResourceName, int]] = {}
@@ -182,7 +184,13 @@ class NodePool:
                 domain_of = self.topology.domain_of(flavor, key)
                 dominant = dominant_resource(ps)
                 room, free = self._domains(flavor, ps, taken, domain_of, dominant, virtual)
-                plan = plan_domains(ps.count, room, free, spill=ps.topology_required is None)
+                plan = plan_domains(
+                    ps.count,
+                    room,
+                    free,
+                    spill=ps.topology_required is None,
+                    rule=self._rules.get(key),
+                )
                 if plan is None:
                     largest = min(free, key=lambda v: (-free[v], v), default=None)
                     self.last_failure = FitFailure(

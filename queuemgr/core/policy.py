@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from queuemgr.core.fairshare import DEFAULT_WEIGHTS
+from queuemgr.core.model import DomainRule
 from queuemgr.core.model import Ordering as Ordering  # re-exported: the knob's values
 from queuemgr.core.resources import ResourceName
 
@@ -72,6 +73,9 @@ class SchedulerPolicy:
     usage_resource_weights: Mapping[ResourceName, float] = field(
         default_factory=lambda: dict(DEFAULT_WEIGHTS)
     )
+    # How a required topology's domain is chosen, per node label (default: best fit).
+    # A multi-cluster manager sets one for queuemgr.io/cluster from its dispatch policy.
+    domain_rules: tuple[DomainRule, ...] = ()
 
     def requeue_delay(self, evictions: int) -> float:
         """Seconds an evicted workload waits before its next try, after ``evictions`` of them."""

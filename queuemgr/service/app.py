@@ -123,7 +123,9 @@ class Service:
             clock=self.clock,
             elector=self.elector,
             metrics=self.metrics,
-            policy=config.policy,
+            policy=config.policy
+            if self.kube is None
+            else self.kube.scheduling_policy(config.policy),
             safety_interval=config.cycle_interval,
             on_cycle=self._observe_cycle,
             freeze_heap=True,

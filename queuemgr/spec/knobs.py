@@ -111,7 +111,9 @@ def parse_policy(raw: object, path: str) -> SchedulerPolicy:
         ordering=Ordering(ordering),
         usage_half_life=half_life,
         usage_resource_weights=weights,
-        **backoff,
+        requeue_backoff_base=backoff["requeue_backoff_base"],
+        requeue_backoff_max=backoff["requeue_backoff_max"],
+        victim_stop_delay=backoff["victim_stop_delay"],
     )
 
 

@@ -274,6 +274,9 @@ class FakeWrites:
 FLAVOR = ResourceFlavor(name=FlavorName("gpu"), node_labels={"pool": "a"})
 
 
+UNPLACED = "no-such-node"  # a node of no worker: the start falls back on the policy
+
+
 def _admitted(wid: str, node: str, gpus: int = 8, at: float = 1.0) -> AdmittedWorkload:
     namespace, name = wid.split("/")
     w = Workload(
@@ -383,23 +386,33 @@ def test_a_live_cluster_s_nodes_are_the_manager_s_renamed_and_labelled() -> None
     assert world.events[-1][1:] == (Change.DELETED, "w1.n2")
 
 
-def test_first_fit_dispatches_in_order_then_spills_to_the_next_cluster() -> None:
+def test_a_gang_goes_to_the_cluster_the_core_placed_it_on() -> None:
+    """The core fitted it on that cluster's nodes, and the store records them as used:
+    the policy never sends it elsewhere (the counts cannot tell it fits node by node)."""
     world = World()
     world.rounds()
     for i in range(3):
         wid = world.submit(f"j{i}")
         world.backend.start(_admitted(wid, "w1.n1"))
-    where = {w: world.fleet.where(WorkloadId(w)) for w in ("ns/j0", "ns/j1", "ns/j2")}
-    assert where == {"ns/j0": "w1", "ns/j1": "w1", "ns/j2": "w2"}
-    # Full by its count: the core's placement (which knows the nodes) decides.
     wid = world.submit("j3")
     world.backend.start(_admitted(wid, "w2.n1"))
-    assert world.fleet.where(WorkloadId(wid)) == "w2"
+    where = {w: world.fleet.where(WorkloadId(w)) for w in ("ns/j0", "ns/j1", "ns/j2", "ns/j3")}
+    assert where == {"ns/j0": "w1", "ns/j1": "w1", "ns/j2": "w1", "ns/j3": "w2"}
     world.workers["w2"].up = False
     world.rounds(20.0)
     wid = world.submit("j4")
-    with pytest.raises(BackendError, match="no live worker cluster holds it"):
+    with pytest.raises(BackendError, match="placed on worker cluster w2, which is not live"):
         world.backend.start(_admitted(wid, "w2.n1"))
+
+
+def test_first_fit_takes_clusters_in_order_for_a_gang_placed_on_no_workers_nodes() -> None:
+    world = World()
+    world.rounds()
+    for i in range(3):
+        wid = world.submit(f"j{i}")
+        world.backend.start(_admitted(wid, UNPLACED))
+    where = {w: world.fleet.where(WorkloadId(w)) for w in ("ns/j0", "ns/j1", "ns/j2")}
+    assert where == {"ns/j0": "w1", "ns/j1": "w1", "ns/j2": "w2"}
 
 
 def test_most_free_spreads() -> None:
@@ -409,7 +422,7 @@ def test_most_free_spreads() -> None:
     placed = []
     for i in range(4):
         wid = world.submit(f"j{i}")
-        world.backend.start(_admitted(wid, "w1.n1"))
+        world.backend.start(_admitted(wid, UNPLACED))
         placed.append(world.fleet.where(WorkloadId(wid)))
     assert placed == ["w2", "w1", "w2", "w1"]
 
@@ -632,7 +645,7 @@ def test_concurrent_starts_do_not_count_the_same_free_room_twice() -> None:
 
     def start(wid: str) -> None:
         barrier.wait()
-        world.backend.start(_admitted(wid, "w2.n1"))
+        world.backend.start(_admitted(wid, UNPLACED))
 
     threads = [threading.Thread(target=start, args=(w,)) for w in wids]
     for t in threads:

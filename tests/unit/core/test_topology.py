@@ -9,9 +9,18 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from queuemgr.core.domains import plan_domains
-from queuemgr.core.model import Admission, FlavorName, Node, NodeName, PodSet
+from queuemgr.core.model import (
+    Admission,
+    DomainChoice,
+    DomainRule,
+    FlavorName,
+    Node,
+    NodeName,
+    PodSet,
+)
 from queuemgr.core.node_topology import NodeTopology
 from queuemgr.core.placement import NodePool
+from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.resources import GPU
 from queuemgr.core.verdicts import PendingReason
 from tests.builders import (
@@ -307,3 +316,51 @@ def test_required_gangs_sit_in_one_rack_and_no_node_is_overcommitted(
     for _ in range(cycles - 1):
         res = res.next().run()
         _check(world, res)
+
+
+ROOM = {"a": 2, "b": 2, "c": 4}
+FREE = {"a": 16, "b": 9, "c": 32}
+
+
+@pytest.mark.parametrize(
+    ("rule", "chosen"),
+    [
+        pytest.param(None, "b", id="best-fit-by-default"),
+        pytest.param(DomainRule(label="rack", choice=DomainChoice.BEST_FIT), "b", id="best-fit"),
+        pytest.param(
+            DomainRule(label="rack", choice=DomainChoice.FIRST_FIT, order=("c", "a", "b")),
+            "c",
+            id="first-fit-in-order",
+        ),
+        pytest.param(
+            DomainRule(label="rack", choice=DomainChoice.FIRST_FIT, order=("z",)),
+            "a",
+            id="first-fit-unlisted-by-value",
+        ),
+        pytest.param(DomainRule(label="rack", choice=DomainChoice.MOST_FREE), "c", id="most-free"),
+    ],
+)
+def test_a_domain_rule_chooses_among_the_domains_that_hold_it(
+    rule: DomainRule | None, chosen: str
+) -> None:
+    assert plan_domains(2, ROOM, FREE, spill=False, rule=rule) == [chosen]
+
+
+@pytest.mark.parametrize(
+    ("choice", "order", "rack"),
+    [
+        pytest.param(DomainChoice.BEST_FIT, (), "b", id="best-fit"),
+        pytest.param(DomainChoice.FIRST_FIT, ("c", "a", "b"), "c", id="first-fit"),
+        pytest.param(DomainChoice.MOST_FREE, (), "c", id="most-free"),
+    ],
+)
+def test_the_policys_domain_rule_steers_a_required_topology(
+    choice: DomainChoice, order: tuple[str, ...], rack: str
+) -> None:
+    """As a multi-cluster manager's dispatch policy steers the cluster of a gang."""
+    world = world_of(racks({"a": 2, "b": 1, "c": 3}))
+    world.policy = SchedulerPolicy(
+        domain_rules=(DomainRule(label="rack", choice=choice, order=order),)
+    )
+    res = world.submit(wl("gang").ns("q").gpus(8).topology(required="rack")).run()
+    assert domains_used(world, res.admission("q/gang")) == {rack}
