@@ -37,7 +37,18 @@ from queuemgr.k8s.reflector import Obj
 
 log = logging.getLogger(__name__)
 # Verdicts recorded as Warning events (the rest are Normal).
-WARNINGS = frozenset({"Invalid", "PodsReadyTimeout", "RequeueLimitExceeded", "Preempted"})
+WARNINGS = frozenset(
+    {
+        "Invalid",
+        "PodsReadyTimeout",
+        "RequeueLimitExceeded",
+        "Preempted",
+        "AdmissionCheckFailed",
+        "AdmissionCheckRejected",
+        "AdmissionCheckCapacityRevoked",
+        "WorkerClusterLost",
+    }
+)
 
 
 def rfc3339(seconds: float) -> str:
