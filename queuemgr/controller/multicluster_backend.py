@@ -37,14 +37,22 @@ from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s import manifest as m
+from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import ClusterWatch
-from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
+from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, set_annotations
 from queuemgr.k8s.jobs import BatchJob
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
 from queuemgr.k8s.placement import Finished, Placement, recorded_admission
 from queuemgr.k8s.reflector import Obj, key_of
-from queuemgr.k8s.remote import CLUSTER_LABEL, RemoteError, WorkerApi, copy_of
+from queuemgr.k8s.remote import (
+    CLUSTER_LABEL,
+    WORKER_STATUS_ANNOTATION,
+    RemoteError,
+    WorkerApi,
+    copy_of,
+    worker_status,
+)
 from queuemgr.store.errors import StoreError
 from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
@@ -143,6 +151,23 @@ class MultiClusterBackend:
             self._reported.add((wid, run.admitted_at))
             self._completed.append(run)
         self._wake()
+
+    def mirror(self, wid: WorkloadId, text: str) -> bool:
+        """Show a copy's status on the manager's Job (an annotation, written on change);
+        True when it shows it (or the Job is gone)."""
+        ref = self.watch.job(wid)
+        if ref is None:
+            return True
+        patch = set_annotations(ref.obj, {WORKER_STATUS_ANNOTATION: text})
+        if not patch:
+            return True
+        meta = ref.obj["metadata"]
+        try:
+            ref.api.patch(meta["namespace"], meta["name"], patch.as_json())
+        except ApiException as error:
+            log.info("mirroring %s: %s %s", wid, error.status, error.reason)
+            return False
+        return True
 
     # -- capacity ---------------------------------------------------------------------------
     def _free(self, cluster: str, dispatched: Mapping[WorkloadId, str]) -> Need:
@@ -342,6 +367,7 @@ class WorkerMonitor(Worker):
         self._interval = interval
         self._evicting: set[WorkloadId] = set()  # lost workloads not yet evicted in the store
         self._failed: set[tuple[WorkloadId, str]] = set()  # failures written (wid, uid)
+        self._mirrored: dict[WorkloadId, str] = {}  # the worker status last shown per workload
         self.rounds = 0
         self.losses = 0
         self.returns = 0
@@ -393,7 +419,21 @@ class WorkerMonitor(Worker):
             self.backend.wake()
         self._evict()
         self._ended(copies)
+        if self._token() is not None:  # the leader's to write
+            self._mirror(copies)
         self.rounds += 1
+
+    def _mirror(self, copies: list[Obj]) -> None:
+        name = self.api.name
+        dispatched = self.fleet.dispatched()
+        for copy in copies:
+            wid = WorkloadId(key_of(copy))
+            if dispatched.get(wid) != name:
+                continue
+            text = worker_status(name, copy)
+            if self._mirrored.get(wid) != text and self.backend.mirror(wid, text):
+                self._mirrored[wid] = text
+        self._mirrored = {w: t for w, t in self._mirrored.items() if dispatched.get(w) == name}
 
     def _ended(self, copies: list[Obj]) -> None:
         dispatched = self.fleet.dispatched()

@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 CLUSTER_LABEL = "queuemgr.io/cluster"
 # Every copy the manager creates on a worker carries this label (value: "true").
 COPY_LABEL = "queuemgr.io/copy"
+# On the manager's Job: where its copy runs and the copy's pod counts, mirrored back.
+WORKER_STATUS_ANNOTATION = "queuemgr.io/worker-status"
 # Labels and the selector the job controller adds to a Job: not part of a copy.
 _CONTROLLER_LABELS = (
     "controller-uid",
@@ -123,6 +125,17 @@ def copy_of(job: Obj, run: Patch) -> Obj:
             template_labels.pop(key, None)
     spec["suspend"] = False
     return body
+
+
+def worker_status(cluster: str, copy: Mapping[str, Any]) -> str:
+    """What the manager's Job shows of its copy: the worker, and the copy's Job status
+    counts and start (JSON, keys sorted, so an unchanged status reads the same)."""
+    status = copy.get("status") or {}
+    shown: dict[str, Any] = {"cluster": cluster}
+    for key in ("active", "ready", "succeeded", "failed", "startTime", "completionTime"):
+        if status.get(key) is not None:
+            shown[key] = status[key]
+    return json.dumps(shown, sort_keys=True, separators=(",", ":"))
 
 
 def _decode(response: Any) -> Any:

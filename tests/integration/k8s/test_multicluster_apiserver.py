@@ -18,6 +18,7 @@ worker again (docs/kubernetes.md, "Multi-cluster dispatch", limits).
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
 import threading
 import time
@@ -34,7 +35,7 @@ from sqlalchemy import Engine, text
 from queuemgr.controller.kube_section import WorkerClusterSettings
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
 from queuemgr.k8s.placement import recorded_admission
-from queuemgr.k8s.remote import WorkerApi
+from queuemgr.k8s.remote import WORKER_STATUS_ANNOTATION, WorkerApi
 from queuemgr.service.app import Service
 from tests.controlplane import build
 from tests.controlplane.harness import (
@@ -292,6 +293,19 @@ def test_a_burst_of_200_jobs_runs_across_two_workers_once_each(
         assert len(ran) == total and all(len(v) == 1 for v in ran.values())
         used = {v[0] for v in ran.values()}
         assert used == set(WORKERS)
+
+        # Each manager Job shows where its copy ran and the copy's last status.
+        def shown(name: str) -> dict[str, Any]:
+            notes = env.job(ns, name).metadata.annotations or {}
+            return dict(json.loads(notes.get(WORKER_STATUS_ANNOTATION, "{}")))
+
+        for name in ("b0", f"b{total // 2}", f"b{total - 1}"):
+            wait_for(
+                lambda name=name: shown(name).get("succeeded") == 1,
+                timeout=30,
+                what=f"{name}'s copy's status on the manager's Job",
+            )
+            assert shown(name)["cluster"] == ran[name][0]
         admitted: dict[str, float | None] = {}
         for api in probes.values():
             for copy in api.copies():

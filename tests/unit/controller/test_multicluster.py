@@ -3,6 +3,7 @@ the backend over fake workers, with the rule that no workload runs in two cluste
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,14 @@ from queuemgr.core.resources import GPU, ResourceName
 from queuemgr.k8s.cluster import Topic
 from queuemgr.k8s.jobs import BatchJob
 from queuemgr.k8s.reflector import Change
-from queuemgr.k8s.remote import CLUSTER_LABEL, COPY_LABEL, RemoteError, apply_patch, copy_of
+from queuemgr.k8s.remote import (
+    CLUSTER_LABEL,
+    COPY_LABEL,
+    WORKER_STATUS_ANNOTATION,
+    RemoteError,
+    apply_patch,
+    copy_of,
+)
 
 CPU = ResourceName("cpu")
 
@@ -236,9 +244,22 @@ class FakeWorker:
         pass
 
 
+class FakeKindApi:
+    """The manager's job API: patches applied to the watched object, and counted."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    def patch(self, namespace: str, name: str, ops: list[dict[str, Any]]) -> None:
+        self.patches += 1
+        apply_patch(self.objects[f"{namespace}/{name}"], ops)
+
+
 @dataclass
 class FakeRef:
     obj: dict[str, Any]
+    api: FakeKindApi = field(default_factory=FakeKindApi)
 
     @property
     def job(self) -> BatchJob:
@@ -254,10 +275,12 @@ class FakeWatch:
 
     def __init__(self) -> None:
         self.refs: dict[str, FakeRef] = {}
+        self.api = FakeKindApi()
 
     def add(self, obj: dict[str, Any]) -> None:
-        ref = FakeRef(obj)
+        ref = FakeRef(obj, self.api)
         self.refs[ref.workload_id] = ref
+        self.api.objects[ref.workload_id] = obj
 
     def job(self, wid: str) -> FakeRef | None:
         return self.refs.get(wid)
@@ -654,3 +677,24 @@ def test_concurrent_starts_do_not_count_the_same_free_room_twice() -> None:
         t.join(10)
     where = sorted(str(world.fleet.where(WorkloadId(w))) for w in wids)
     assert where == ["w1", "w1", "w2"]
+
+
+def test_the_copys_status_is_shown_on_the_managers_job_when_it_changes() -> None:
+    world = World()
+    for monitor in world.monitors.values():
+        monitor._token = lambda: object()  # type: ignore[assignment,return-value]
+    world.rounds()
+    wid = world.submit("a")
+    world.backend.start(_admitted(wid, "w2.n1"))
+    world.rounds()
+    notes = world.watch.refs[wid].obj["metadata"]["annotations"]
+    assert json.loads(notes[WORKER_STATUS_ANNOTATION]) == {"cluster": "w2"}
+    world.workers["w2"].jobs[wid]["status"] = {"active": 1, "ready": 1, "startTime": "t0"}
+    world.rounds()
+    shown = json.loads(
+        world.watch.refs[wid].obj["metadata"]["annotations"][WORKER_STATUS_ANNOTATION]
+    )
+    assert shown == {"cluster": "w2", "active": 1, "ready": 1, "startTime": "t0"}
+    patches = world.watch.api.patches
+    world.rounds()  # nothing changed: nothing written
+    assert world.watch.api.patches == patches == 2
