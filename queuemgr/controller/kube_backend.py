@@ -73,6 +73,32 @@ def workload_label_patch(job: GenericJob) -> Patch:
     return patch
 
 
+def start_placement(
+    admitted: AdmittedWorkload,
+    flavors: FlavorLookup,
+    node: Callable[[str], Obj | None],
+) -> Placement:
+    """What a start writes on the job: the admission on its flavor, with the labels of
+    the nodes the gang is placed on only (a start must not cost a walk of every node)."""
+    flavor = flavors(admitted.admission.flavor)
+    if flavor is None:
+        raise BackendError(
+            f"start {admitted.workload.id}: flavor {admitted.admission.flavor} not found"
+        )
+    labels: dict[NodeName, dict[str, Any]] = {}
+    for p in admitted.admission.placements:
+        obj = node(p.node)
+        if obj is not None:
+            labels[p.node] = dict(obj["metadata"].get("labels") or {})
+    return Placement.of(
+        admitted.admission,
+        flavor,
+        admitted.workload.pod_sets,
+        labels,
+        admitted_at=admitted.admitted_at,
+    )
+
+
 def api_error(action: str, wid: str, error: ApiException) -> BackendError:
     try:
         why = json.loads(error.body or "{}").get("message") or error.reason
@@ -152,22 +178,7 @@ class KubernetesBackend:
         job = ref.job
         if job.finished() is not None:
             return
-        flavor = self._flavors(admitted.admission.flavor)
-        if flavor is None:
-            raise BackendError(f"start {wid}: flavor {admitted.admission.flavor} not found")
-        # Only the nodes the gang is placed on: a start must not cost a walk of every node.
-        labels: dict[NodeName, dict[str, Any]] = {}
-        for p in admitted.admission.placements:
-            node = self.watch.node(p.node)
-            if node is not None:
-                labels[p.node] = dict(node["metadata"].get("labels") or {})
-        placement = Placement.of(
-            admitted.admission,
-            flavor,
-            admitted.workload.pod_sets,
-            labels,
-            admitted_at=admitted.admitted_at,
-        )
+        placement = start_placement(admitted, self._flavors, self.watch.node)
         patch = job.run_with(placement) + workload_label_patch(job)
         self._patch(ref, patch, "start")
 

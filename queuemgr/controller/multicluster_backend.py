@@ -30,11 +30,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from queuemgr.controller.kube_backend import start_placement
 from queuemgr.controller.multicluster import Fleet, choose_cluster
 from queuemgr.controller.ports import BackendError, Clock
 from queuemgr.controller.worker import Worker
 from queuemgr.core.lifecycle import RunEnd
-from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
+from queuemgr.core.model import AdmittedWorkload, Node, ResourceFlavor, WorkloadId
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s import manifest as m
 from queuemgr.k8s.apiclient import ApiException
@@ -43,7 +44,7 @@ from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, set_annotations
 from queuemgr.k8s.jobs import BatchJob
 from queuemgr.k8s.manifest import ManifestError
 from queuemgr.k8s.nodes import NodeError, node_from_k8s
-from queuemgr.k8s.placement import Finished, Placement, recorded_admission
+from queuemgr.k8s.placement import Finished, recorded_admission
 from queuemgr.k8s.reflector import Obj, key_of
 from queuemgr.k8s.remote import (
     CLUSTER_LABEL,
@@ -227,21 +228,7 @@ class MultiClusterBackend:
             if copy is None or copy_finished(copy) is None:
                 return  # it runs there (or its copy is on its way)
             self._delete(where, wid, "start")  # the copy of an earlier run
-        flavor = self._flavors(admitted.admission.flavor)
-        if flavor is None:
-            raise BackendError(f"start {wid}: flavor {admitted.admission.flavor} not found")
-        labels: dict[NodeName, dict[str, Any]] = {}
-        for p in admitted.admission.placements:
-            node = self.fleet.node(p.node)
-            if node is not None:
-                labels[p.node] = dict(node["metadata"].get("labels") or {})
-        placement = Placement.of(
-            admitted.admission,
-            flavor,
-            admitted.workload.pod_sets,
-            labels,
-            admitted_at=admitted.admitted_at,
-        )
+        placement = start_placement(admitted, self._flavors, self.fleet.node)
         # The cluster label is the manager's: the worker's nodes do not carry it.
         placement = replace(
             placement,
