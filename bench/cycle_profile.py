@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cycle_bench import make_snapshot  # noqa: E402
+from cycle_bench import make_snapshot
 
-from queuemgr.core import schedule  # noqa: E402
+from queuemgr.core import schedule
 
 
 def main() -> None:
