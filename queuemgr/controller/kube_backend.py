@@ -39,7 +39,7 @@ from queuemgr.k8s.apiclient import ApiException
 from queuemgr.k8s.cluster import WORKLOAD_LABEL, ClusterWatch, JobRef, Topic, pod_done
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, GenericJob
 from queuemgr.k8s.manifest import ManifestError
-from queuemgr.k8s.nodes import NodeError, node_from_k8s
+from queuemgr.k8s.nodes import nodes_from_k8s
 from queuemgr.k8s.patch import Patch, Token, guard, set_value
 from queuemgr.k8s.placement import Placement, recorded_admission
 from queuemgr.k8s.reflector import Change, Obj
@@ -160,13 +160,7 @@ class KubernetesBackend:
     # -- the port ----------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         self._ready()
-        out = []
-        for obj in self.watch.nodes():
-            try:
-                out.append(node_from_k8s(obj))
-            except NodeError as error:
-                log.warning("skipping a node: %s", error)
-        return out
+        return nodes_from_k8s(self.watch.nodes())
 
     def start(self, admitted: AdmittedWorkload) -> None:
         self._ready()

@@ -43,7 +43,7 @@ from queuemgr.k8s.cluster import ClusterWatch
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, set_annotations
 from queuemgr.k8s.jobs import BatchJob
 from queuemgr.k8s.manifest import ManifestError
-from queuemgr.k8s.nodes import NodeError, node_from_k8s
+from queuemgr.k8s.nodes import NodeError, node_from_k8s, nodes_from_k8s
 from queuemgr.k8s.placement import Finished, recorded_admission
 from queuemgr.k8s.reflector import Obj, key_of
 from queuemgr.k8s.remote import (
@@ -201,13 +201,7 @@ class MultiClusterBackend:
     # -- the port ---------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         self._ready()
-        out = []
-        for obj in self.fleet.nodes():
-            try:
-                out.append(node_from_k8s(obj))
-            except NodeError as error:
-                log.warning("skipping a node: %s", error)
-        return out
+        return nodes_from_k8s(self.fleet.nodes())
 
     def start(self, admitted: AdmittedWorkload) -> None:
         self._ready()

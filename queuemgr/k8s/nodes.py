@@ -15,12 +15,14 @@ pod can request by name count (cpu, memory and extended resources such as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from queuemgr.core.model import Node, NodeName, Taint, TaintEffect
 from queuemgr.core.resources import QuantityError, ResourceName, parse_quantity
 
+log = logging.getLogger(__name__)
 _COUNTED = frozenset({"cpu", "memory"})
 
 
@@ -74,3 +76,15 @@ def node_from_k8s(obj: Mapping[str, Any]) -> Node:
         taints=tuple(taints),
         schedulable=not spec.get("unschedulable", False) and _ready(status),
     )
+
+
+def nodes_from_k8s(objs: Iterable[Mapping[str, Any]]) -> list[Node]:
+    """The core nodes of ``objs``; a Node queuemgr cannot read is skipped, with a warning
+    naming it and the field (one bad Node must not hide the rest of the cluster)."""
+    out = []
+    for obj in objs:
+        try:
+            out.append(node_from_k8s(obj))
+        except NodeError as error:
+            log.warning("skipping a node: %s", error)
+    return out
