@@ -125,6 +125,16 @@ class FlavorAutoscale:
     max_nodes: int
     node: NodeTemplate
 
+    def __post_init__(self) -> None:
+        # Each missing node is a virtual node in every cycle's snapshot: bounded memory.
+        if not 1 <= self.max_nodes <= MAX_AUTOSCALE_NODES:
+            raise ValueError(
+                f"autoscale max_nodes must be in [1, {MAX_AUTOSCALE_NODES}], got {self.max_nodes}"
+            )
+
+
+MAX_AUTOSCALE_NODES = 10_000  # a flavor's nodes, real and to be added
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ResourceFlavor:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from queuemgr.core.model import (
+    MAX_AUTOSCALE_NODES,
     FlavorAutoscale,
     FlavorName,
     FlavorQuota,
@@ -114,7 +115,9 @@ def parse_autoscale(raw: object, path: str) -> FlavorAutoscale | None:
     if raw is None:
         return None
     m = y.mapping(raw, path, required=("max_nodes", "node"))
-    max_nodes = y.integer(m["max_nodes"], at(path, "max_nodes"), minimum=1)
+    max_nodes = y.integer(
+        m["max_nodes"], at(path, "max_nodes"), minimum=1, maximum=MAX_AUTOSCALE_NODES
+    )
     node_path = at(path, "node")
     node = y.mapping(m["node"], node_path, required=("allocatable",), optional=("labels",))
     allocatable = resources(node["allocatable"], at(node_path, "allocatable"))
@@ -137,8 +140,17 @@ def autoscale_of_text(raw: str, labels: Mapping[str, str], flag: str) -> FlavorA
     with the template's labels from ``--autoscale-label``."""
     where = f"{flag} {shown(raw)}"
     count, colon, vector = raw.partition(":")
-    if not colon or not count.strip().isdigit() or int(count) < 1:
-        raise ScenarioError(f"{where}: expected {AUTOSCALE_SYNTAX} with MAX_NODES at least 1")
+    digits = count.strip()
+    if (
+        not colon
+        or not digits.isdigit()
+        or len(digits) > 6
+        or not 1 <= int(digits) <= MAX_AUTOSCALE_NODES
+    ):
+        raise ScenarioError(
+            f"{where}: expected {AUTOSCALE_SYNTAX} with MAX_NODES at least 1"
+            f" and at most {MAX_AUTOSCALE_NODES}"
+        )
     amounts: dict[str, str] = {}
     for part in vector.split(","):
         key, eq, value = part.partition("=")
@@ -146,7 +158,7 @@ def autoscale_of_text(raw: str, labels: Mapping[str, str], flag: str) -> FlavorA
             raise ScenarioError(f"{where}: expected {AUTOSCALE_SYNTAX}")
         amounts[key.strip()] = value.strip()
     return FlavorAutoscale(
-        max_nodes=int(count),
+        max_nodes=int(digits),
         node=NodeTemplate(allocatable=resources(amounts, flag), labels=dict(labels)),
     )
 

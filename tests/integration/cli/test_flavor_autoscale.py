@@ -65,11 +65,21 @@ def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
     [
         (("--autoscale", "4"), "--autoscale '4': expected MAX_NODES:RESOURCE=QTY"),
         (("--autoscale", "0:nvidia.com/gpu=8"), "MAX_NODES at least 1"),
+        (("--autoscale", "99999999999:nvidia.com/gpu=8"), "at most 10000"),
+        (("--autoscale", "9" * 5000 + ":nvidia.com/gpu=8"), "at most 10000"),
         (("--autoscale", "2:nvidia.com/gpu"), "expected MAX_NODES:RESOURCE=QTY"),
         (("--autoscale-label", "zone=a"), "--autoscale-label: needs --autoscale"),
         (("--autoscale", "2:cpu=1", "--clear-autoscale"), "cannot be combined"),
     ],
-    ids=["no-vector", "zero", "no-quantity", "label-alone", "set-and-clear"],
+    ids=[
+        "no-vector",
+        "zero",
+        "too-many",
+        "too-many-digits",
+        "no-quantity",
+        "label-alone",
+        "set-and-clear",
+    ],
 )
 def test_bad_autoscale_exits_2_and_writes_nothing(
     cli: Invoke, applied: Path, flags: tuple[str, ...], words: str

@@ -43,6 +43,10 @@ def test_autoscale_is_read() -> None:
     ("raw", "path"),
     [
         ({"max_nodes": 0, "node": {"allocatable": {"cpu": 1}}}, "flavors[0].autoscale.max_nodes"),
+        (
+            {"max_nodes": 10**11, "node": {"allocatable": {"cpu": 1}}},
+            "flavors[0].autoscale.max_nodes",
+        ),
         ({"max_nodes": 2}, "flavors[0].autoscale"),
         ({"max_nodes": 2, "node": {"allocatable": {}}}, "flavors[0].autoscale.node.allocatable"),
         (
