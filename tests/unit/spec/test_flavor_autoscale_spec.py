@@ -55,7 +55,7 @@ def test_autoscale_is_read() -> None:
         ),
         ([1], "flavors[0].autoscale"),
     ],
-    ids=["zero", "no-node", "no-capacity", "unknown-key", "not-a-mapping"],
+    ids=["zero", "too-many", "no-node", "no-capacity", "unknown-key", "not-a-mapping"],
 )
 def test_bad_autoscale_is_named(raw: object, path: str) -> None:
     with pytest.raises(ScenarioError, match=path.replace("[", r"\[").replace("]", r"\]")):
