@@ -15,9 +15,10 @@ Why it exists: this is the service. Each cycle (only on the leader):
    ended, evictions) is committed in ONE fenced transaction; a lost leader
    commits nothing;
 5. only then are the decisions applied to the backend (stop victims, start
-   admitted gangs), retried with backoff until they succeed; stopped victims
-   are requeued, with the policy's requeue backoff, which wakes the next
-   cycle for their preemptor.
+   admitted gangs; ``controller.applier``), retried with backoff until they
+   succeed; stopped victims are requeued, with the policy's requeue backoff,
+   which wakes the next cycle for their preemptor. A backend that starts
+   gangs concurrently gets them in flight while the next cycle runs.
 
 It runs when woken (a NOTIFY, a finish the backend expects, the end of a
 requeue backoff, a new leadership) and on the periodic safety cycle, which
@@ -26,7 +27,9 @@ also samples usage and stops gangs past their ``max_runtime``.
 What must stay true: nothing reaches the backend before it is committed, so a
 crash between the two steps loses nothing (a new leader re-starts admitted
 gangs the backend does not run); the backend is told to start a gang once
-per admission; one thread runs cycles, so the backend sees no concurrent calls.
+per admission; one thread runs cycles, and the only backend calls that overlap
+it are starts in flight, each of a different workload (a stop of one waits for
+its start).
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from queuemgr.controller.applier import Applier
 from queuemgr.controller.board import BoardChange, BoardKeeper
 from queuemgr.controller.eta import EtaTracker
 from queuemgr.controller.heap import HeapKeeper
@@ -119,7 +122,13 @@ class SchedulerLoop:
         self._adopted: LeaderToken | None = None
         self._unreported: list[RunEnd] = []  # finished, not yet written to the store
         self._gauges = GaugePacer()
-        self._starter: ThreadPoolExecutor | None = None  # made for the first concurrent starts
+        self._applier = Applier(
+            backend=backend,
+            leadership=lambda: elector.token,
+            clock=clock,
+            metrics=metrics,
+            stopping=self._stopping,
+        )
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
         self._board = BoardKeeper()  # what the status board holds
@@ -197,6 +206,7 @@ class SchedulerLoop:
         phases.done("observe")
         if self._heap is not None and self._heap.after_cycle(self._mirror.rows_read, now):
             phases.done("heap")
+        self._metrics.observe_phases(phases.wall)
         if finished or victims:
             self._wake.set()  # freed capacity or requeued victims: schedule again now
         self.cycles += 1
@@ -278,7 +288,7 @@ class SchedulerLoop:
         for a in state.admitted:
             limit = a.workload.max_runtime
             if evict and limit is not None and now - a.admitted_at > limit + grace:
-                self._retry(token, partial(self._backend.stop, a.workload.id))
+                self._applier.stop(token, a.workload.id)
                 try:
                     with self._db.write() as conn:
                         fence(conn, token)
@@ -293,22 +303,13 @@ class SchedulerLoop:
         self, token: LeaderToken, starts: list[AdmittedWorkload], stops: list[WorkloadId]
     ) -> None:
         for wid in stops:
-            if self._retry(token, partial(self._backend.stop, wid)):
+            if self._applier.stop(token, wid):
                 self._requeue(token, wid)
-        if self._backend.start_concurrency <= 1 or len(starts) <= 1:
-            for a in starts:
-                self._start(token, a)
-            return
-        # Each start is a round trip to the API server: overlapped, a cycle's many
-        # admissions reach their jobs in a fraction of the time. Each still retries alone.
-        if self._starter is None:
-            self._starter = ThreadPoolExecutor(
-                self._backend.start_concurrency, thread_name_prefix="queuemgr-start"
-            )
-        list(self._starter.map(partial(self._start, token), starts))  # _retry never raises
+        self._applier.start_all(token, starts)
 
-    def _start(self, token: LeaderToken, admitted: AdmittedWorkload) -> bool:
-        return self._retry(token, partial(self._backend.start, admitted))
+    def settle(self) -> None:
+        """Wait until every start handed to the backend has landed (tests, take-over)."""
+        self._applier.settle()
 
     def _requeue(self, token: LeaderToken, wid: WorkloadId) -> None:
         """Its pods are gone: Pending again, after the policy's backoff for its evictions."""
@@ -325,20 +326,6 @@ class SchedulerLoop:
             log.info("victim %s requeued; it backs off until %.3f", wid, until)
             nxt = self._next_requeue
             self._next_requeue = until if nxt is None else min(nxt, until)
-
-    def _retry(self, token: LeaderToken, action: Callable[[], None]) -> bool:
-        """Run ``action`` until it succeeds; give up only when stopping or no longer leading."""
-        delay = 0.05
-        while True:
-            try:
-                action()
-                return True
-            except Exception as exc:  # any backend failure is retried; the store is the truth
-                log.warning("applying a decision failed (%s); retrying in %.2fs", exc, delay)
-            if self._stopping.is_set() or self._elector.token != token:
-                return False  # the next leader re-applies what is committed
-            self._stopping.wait(delay)
-            delay = min(delay * 2, 2.0)
 
     def _adopt(self, token: LeaderToken) -> None:
         """New leadership: run what the store says is admitted, finish what it evicted."""
@@ -362,12 +349,13 @@ class SchedulerLoop:
         # Stops first, as a cycle's apply does: an admitted gang may be placed on the
         # room of a victim whose pods have not gone yet.
         for wid in victims:
-            if self._retry(token, partial(self._backend.stop, wid)):
+            if self._applier.stop(token, wid):
                 self._requeue(token, wid)
+        self._applier.settle()  # a start still in flight from an earlier leadership counts
         running = self._backend.running()
         for a in state.admitted:
             if a.workload.id not in running:
-                self._retry(token, partial(self._backend.start, a))
+                self._applier.retry(token, partial(self._backend.start, a))
         self._adopted = token
 
     def _seed_usage(self) -> None:
@@ -394,8 +382,7 @@ class SchedulerLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._starter is not None:
-            self._starter.shutdown(wait=False, cancel_futures=True)
+        self._applier.shutdown()
         if self._heap is not None:
             self._heap.release()
 

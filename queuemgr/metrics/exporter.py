@@ -85,6 +85,15 @@ class SchedulerMetrics(MetricFamilies):
                 max(0.0, now - a.workload.queued_since)
             )
 
+    def observe_phases(self, wall: Mapping[str, float]) -> None:
+        """Add one cycle's wall seconds per phase (a bounded set of names, the loop's)."""
+        for phase, seconds in wall.items():
+            self.cycle_phase.labels(phase=phase).inc(seconds)
+
+    def observe_start(self, seconds: float) -> None:
+        """One admitted gang's start was accepted ``seconds`` after its admission."""
+        self.start_latency.observe(max(0.0, seconds))
+
     def _preemption_series(self, queues: Iterable[str]) -> None:
         """Export every configured queue's preemption series at 0 before its first preemption.
 

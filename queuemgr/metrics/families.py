@@ -22,6 +22,7 @@ _C = ("cohort", "parent", "flavor", "resource")
 _UNITS = "cpu in cores, memory in bytes, other resources (GPUs) as counts"
 # Cycles take milliseconds; waits take seconds to days.
 _CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_START_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 
 
@@ -173,6 +174,22 @@ class MetricFamilies:
             "queuemgr_admission_cycle_duration_seconds",
             "Wall-clock seconds of one scheduling cycle",
             buckets=_CYCLE_BUCKETS,
+            registry=r,
+        )
+        # Where a cycle's time goes, and how long an admitted gang waits for its start:
+        # the two figures that say whether the loop or the API path holds admissions back.
+        self.cycle_phase = Counter(
+            "queuemgr_cycle_phase_seconds",
+            "Wall-clock seconds the scheduler loop spent per cycle phase (finish, load, "
+            "safety, schedule, commit, apply, observe, heap)",
+            ["phase"],
+            registry=r,
+        )
+        self.start_latency = Histogram(
+            "queuemgr_admission_start_seconds",
+            "Seconds from a gang's admission (its cycle's clock) until the backend accepted "
+            "its start (on Kubernetes: the unsuspending patch)",
+            buckets=_START_BUCKETS,
             registry=r,
         )
         self.attempts = Counter(
