@@ -178,7 +178,8 @@ def queuemgr_leads(port: int) -> bool:
 
 
 def queuemgr_metrics(port: int) -> dict[str, float]:
-    """queuemgr's own counts: admissions, evictions (by reason), preemptions."""
+    """queuemgr's own counts: admissions, evictions (by reason), preemptions, the loop's
+    seconds per phase and the admission-to-start latency's sum and count."""
     try:
         _, text = _get(f"http://127.0.0.1:{port}/metrics")
     except OSError:
@@ -187,6 +188,14 @@ def queuemgr_metrics(port: int) -> dict[str, float]:
     for name, labels, value in _samples(text, "queuemgr_"):
         if name in ("queuemgr_admitted_workloads_total", "queuemgr_preempted_workloads_total"):
             out[name] = out.get(name, 0) + value
+        elif name in (
+            "queuemgr_admission_start_seconds_sum",
+            "queuemgr_admission_start_seconds_count",
+        ):
+            out[name] = value
+        elif name == "queuemgr_cycle_phase_seconds_total":
+            key = f"{name}{{phase={labels.get('phase', '')}}}"
+            out[key] = value
         elif name == "queuemgr_evicted_workloads_total":
             key = f"{name}{{reason={labels.get('reason', '')}}}"
             out[key] = out.get(key, 0) + value

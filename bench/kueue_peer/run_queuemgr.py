@@ -264,6 +264,18 @@ def run_once(
     figures["preemptions decided (queuemgr)"] = queuemgr_metrics.get(
         "queuemgr_preempted_workloads_total"
     )
+    starts = queuemgr_metrics.get("queuemgr_admission_start_seconds_count")
+    figures["admission to start, queuemgr's clock (s)"] = (
+        queuemgr_metrics["queuemgr_admission_start_seconds_sum"] / starts if starts else None
+    )
+    phases = {
+        k.split("phase=", 1)[1].rstrip("}"): v
+        for k, v in queuemgr_metrics.items()
+        if k.startswith("queuemgr_cycle_phase_seconds_total")
+    }
+    figures["loop busy (s)"] = sum(phases.values()) if phases else None
+    for phase in ("finish", "load", "schedule", "commit", "apply", "observe"):
+        figures[f"loop {phase} (s)"] = phases.get(phase)
     figures["queuemgr CPU (s)"] = cpu
     figures["queuemgr peak RSS (MiB)"] = rss
     figures["postgres CPU (s)"] = probes.delta(before, after, "postgres_cpu")
