@@ -15,7 +15,8 @@ is; every message names the flavor and the numbers.
 
 from __future__ import annotations
 
-from queuemgr.core.model import REPEAT_VICTIM, ClusterQueue, NoLoan, Workload
+from queuemgr.core.loans import REPEAT_VICTIM, NoLoan
+from queuemgr.core.model import ClusterQueue, Workload
 from queuemgr.core.partial import smallest
 from queuemgr.core.placement import fits_empty
 from queuemgr.core.snapshot import Config

@@ -24,6 +24,7 @@ from functools import partial
 from queuemgr.core.admissibility import inadmissible
 from queuemgr.core.backfill import Backfill
 from queuemgr.core.claims import Claim
+from queuemgr.core.loans import NoLoan
 from queuemgr.core.model import (
     Admission,
     AdmittedWorkload,
@@ -31,9 +32,7 @@ from queuemgr.core.model import (
     ClusterQueueName,
     CohortName,
     FlavorName,
-    NoLoan,
     PodSetPlacement,
-    ShapeId,
     WithinClusterQueue,
     Workload,
     WorkloadId,
@@ -49,6 +48,7 @@ from queuemgr.core.reasons import (
     describe_fit_failure,
 )
 from queuemgr.core.resources import Resources
+from queuemgr.core.shapes import ShapeId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 from queuemgr.core.victim_rules import may_preempt

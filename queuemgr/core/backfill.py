@@ -31,13 +31,13 @@ from queuemgr.core.model import (
     FlavorName,
     PodSetPlacement,
     QueueingStrategy,
-    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import NodePool
 from queuemgr.core.reasons import Eviction
 from queuemgr.core.reservations import Guard, Planner, Reservation
+from queuemgr.core.shapes import ShapeId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.verdicts import PendingReason, Verdict
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from queuemgr.core.model import DomainChoice, DomainRule, PodSet
+from queuemgr.core.domain_rules import DomainChoice, DomainRule
+from queuemgr.core.model import PodSet
 from queuemgr.core.resources import GPU, ResourceName
 
 __all__ = ["DomainChoice", "DomainRule", "dominant", "plan_domains"]

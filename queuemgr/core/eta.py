@@ -42,12 +42,12 @@ from queuemgr.core.model import (
     ClusterQueueName,
     CohortName,
     FlavorName,
-    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reservations import Planner
+from queuemgr.core.shapes import ShapeId
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.core.timeline import PodCounter, Timeline
 

@@ -11,14 +11,15 @@ workload is one gang, so anything that admits it admits every pod set.
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from functools import cached_property
 from typing import NewType
 
+from queuemgr.core.loans import REPEAT_VICTIM, NoLoan
 from queuemgr.core.resources import ResourceName, Resources
+from queuemgr.core.shapes import ShapeId, shape_id
 from queuemgr.core.weights import ResourceWeight, weights_problem
 
 FlavorName = NewType("FlavorName", str)
@@ -43,21 +44,6 @@ class ReclaimWithinCohort(enum.Enum):
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
     ANY = "Any"
-
-
-# Preempted this often, a workload borrows no more (ClusterQueue.no_loan), becomes a
-# victim of last resort (core.preemption), and no victim of fair sharing at all
-# (core.victim_rules): a run taken again and again delivers nothing.
-REPEAT_VICTIM = 3
-
-
-class NoLoan(enum.Enum):
-    """Why a workload may use only its ClusterQueue's nominal quota."""
-
-    # It declares a max_runtime beyond the queue's borrowing_max_runtime, or none.
-    RUNTIME = "runtime"
-    # It was preempted REPEAT_VICTIM times, and the queue's nominal quota can hold it.
-    REPEAT_VICTIM = "repeat victim"
 
 
 class Ordering(enum.Enum):
@@ -95,16 +81,6 @@ class Toleration:
         if self.operator == "Exists":
             return self.key == "" or self.key == taint.key
         return self.key == taint.key and self.value == taint.value
-
-
-def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
-    """True when every hard taint (NoSchedule, NoExecute) is tolerated."""
-    for taint in taints:
-        if taint.effect is TaintEffect.PREFER_NO_SCHEDULE:
-            continue
-        if not any(t.tolerates(taint) for t in tolerations):
-            return False
-    return True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -179,22 +155,6 @@ def _set_fields(
 
 _FLAVOR_FIELDS = tuple(f.name for f in fields(ResourceFlavor))
 _FLAVOR_DEFAULTS: dict[str, object] = {"tolerations": (), "autoscale": None}
-
-
-class DomainChoice(enum.Enum):
-    BEST_FIT = "best-fit"  # the least free dominant resource that holds it
-    FIRST_FIT = "first-fit"  # the first in the rule's order that holds it
-    MOST_FREE = "most-free"  # the most free dominant resource
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DomainRule:
-    """How the domains of one node label are chosen (core.domains); values not in ``order`` come
-    after those in it, by value."""
-
-    label: str
-    choice: DomainChoice
-    order: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -402,35 +362,6 @@ class PodSet:
 
 _POD_SET_FIELDS = tuple(f.name for f in fields(PodSet) if f.init)
 _POD_SET_DEFAULTS: dict[str, object] = {"quota_only": frozenset()}
-
-ShapeId = NewType("ShapeId", int)
-
-# Distinct gang shapes seen by this process, and the id of each. Shapes are few
-# (a job template yields one), so the table stays small; the ids are only ever
-# used as dictionary keys, never for ordering, so they cannot sway a decision.
-# An id comes from the shape's content, not from the order shapes were met: state
-# saved by one process (a simulator checkpoint) holds ids, in workloads and in
-# per-shape memos, that must mean the same shapes in the process that loads it.
-_SHAPE_IDS: dict[tuple[object, ...], ShapeId] = {}
-_SHAPES: dict[ShapeId, tuple[object, ...]] = {}
-
-
-def shape_id(shape: tuple[object, ...]) -> ShapeId:
-    found = _SHAPE_IDS.get(shape)
-    if found is None:
-        # The shape's parts are ints, strings, None and tuples and frozen dataclasses of
-        # them: their repr is the same in every process. A 64-bit clash between two
-        # shapes is all but impossible, and would only be resolved in meeting order.
-        text, salt = repr(shape), 0
-        while True:
-            digest = hashlib.blake2b(f"{salt}:{text}".encode(), digest_size=8).digest()
-            found = ShapeId(int.from_bytes(digest, "big"))
-            if _SHAPES.setdefault(found, shape) == shape:
-                break
-            salt += 1
-        _SHAPE_IDS[shape] = found
-    return found
-
 
 # A priority is a PriorityClass value: a 32-bit integer in Kubernetes and in the store.
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)

@@ -30,9 +30,20 @@ from queuemgr.core.model import (
     PodSet,
     ResourceFlavor,
     Taint,
-    tolerated,
+    TaintEffect,
+    Toleration,
 )
 from queuemgr.core.resources import GPU, ResourceName, Resources
+
+
+def tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
+    """True when every hard taint (NoSchedule, NoExecute) is tolerated."""
+    for taint in taints:
+        if taint.effect is TaintEffect.PREFER_NO_SCHEDULE:
+            continue
+        if not any(t.tolerates(taint) for t in tolerations):
+            return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

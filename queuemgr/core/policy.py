@@ -16,8 +16,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from queuemgr.core.domain_rules import DomainRule
 from queuemgr.core.fairshare import DEFAULT_WEIGHTS
-from queuemgr.core.model import DomainRule
 from queuemgr.core.model import Ordering as Ordering  # re-exported: the knob's values
 from queuemgr.core.resources import ResourceName
 

@@ -19,7 +19,8 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
-from queuemgr.core.model import ShapeId, Workload
+from queuemgr.core.model import Workload
+from queuemgr.core.shapes import ShapeId
 
 # A run: one LocalQueue's workloads of one shape. Runs are per LocalQueue so that
 # an ordering by LocalQueue (fair share by usage) can still walk them in order.

@@ -28,15 +28,8 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from queuemgr.core.model import (
-    REPEAT_VICTIM,
-    ClusterQueue,
-    ClusterQueueName,
-    CohortName,
-    FlavorName,
-    NoLoan,
-    Workload,
-)
+from queuemgr.core.loans import REPEAT_VICTIM, NoLoan
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, CohortName, FlavorName, Workload
 from queuemgr.core.quota_topology import NO_SHARE, Key, Level, QuotaTopology, Share, lifted
 from queuemgr.core.quota_watch import QuotaWatch
 from queuemgr.core.resources import ResourceName, Resources, format_quantity

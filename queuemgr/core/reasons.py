@@ -20,12 +20,12 @@ from queuemgr.core.model import (
     ClusterQueue,
     ClusterQueueName,
     FlavorName,
-    ShapeId,
     Workload,
     WorkloadId,
 )
 from queuemgr.core.placement import FitFailure
 from queuemgr.core.queues import PendingQueue, Rank
+from queuemgr.core.shapes import ShapeId
 
 if TYPE_CHECKING:
     from queuemgr.core.claims import Claim

@@ -36,8 +36,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from queuemgr.core.model import ClusterQueue, ClusterQueueName, ShapeId, Workload, WorkloadId
+from queuemgr.core.model import ClusterQueue, ClusterQueueName, Workload, WorkloadId
 from queuemgr.core.queues import PendingQueue, Rank
+from queuemgr.core.shapes import ShapeId
 from queuemgr.core.verdicts import PendingReason, Verdict
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from queuemgr.core.loans import REPEAT_VICTIM
 from queuemgr.core.model import (
-    REPEAT_VICTIM,
     AdmittedWorkload,
     ClusterQueue,
     CohortName,

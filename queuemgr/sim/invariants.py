@@ -41,8 +41,8 @@ from queuemgr.core.model import (
     FlavorQuota,
     NodeName,
     WorkloadId,
-    tolerated,
 )
+from queuemgr.core.node_topology import tolerated
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, Snapshot
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from queuemgr.core.model import REPEAT_VICTIM
+from queuemgr.core.loans import REPEAT_VICTIM
 from queuemgr.core.verdicts import PendingReason
 from tests.builders import World, make_admitted, make_cq, make_nodes, make_workload
 

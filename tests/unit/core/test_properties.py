@@ -18,8 +18,8 @@ from queuemgr.core.model import (
     Taint,
     TaintEffect,
     Workload,
-    tolerated,
 )
+from queuemgr.core.node_topology import tolerated
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Config, Snapshot, admitted_requests, build_snapshot

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from queuemgr.core import model
+from queuemgr.core import shapes
 from tests.builders import make_workload
 
 
@@ -28,8 +28,8 @@ def test_a_saved_workload_keeps_its_shape_in_a_process_that_met_other_shapes_fir
     one = make_workload("one").ns("a").gpus(1).build()
     gang = make_workload("gang").ns("a").gang(2).gpus(8).build()
     saved = pickle.dumps((one, gang))
-    monkeypatch.setattr(model, "_SHAPE_IDS", {})  # what a new process starts with
-    monkeypatch.setattr(model, "_SHAPES", {}, raising=False)
+    monkeypatch.setattr(shapes, "_SHAPE_IDS", {})  # what a new process starts with
+    monkeypatch.setattr(shapes, "_SHAPES", {}, raising=False)
     for gpus in (3, 5):
         make_workload(f"met-first-{gpus}").ns("z").gang(3).gpus(gpus).build()
     one, gang = pickle.loads(saved)

@@ -8,16 +8,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from queuemgr.core.domain_rules import DomainChoice, DomainRule
 from queuemgr.core.domains import plan_domains
-from queuemgr.core.model import (
-    Admission,
-    DomainChoice,
-    DomainRule,
-    FlavorName,
-    Node,
-    NodeName,
-    PodSet,
-)
+from queuemgr.core.model import Admission, FlavorName, Node, NodeName, PodSet
 from queuemgr.core.node_topology import NodeTopology
 from queuemgr.core.placement import NodePool
 from queuemgr.core.policy import SchedulerPolicy
