@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from queuemgr.controller.admission_gate import AdmissionCheckGate
 from queuemgr.controller.kube_backend import KubernetesBackend
 from queuemgr.controller.kube_readiness import PodsReadyCheck
 from queuemgr.controller.kube_section import PROVISIONING_REQUEST, KubernetesSettings
@@ -32,7 +33,7 @@ from queuemgr.controller.kube_sync import JobSync
 from queuemgr.controller.multicluster import Fleet, keep_in_one_cluster
 from queuemgr.controller.multicluster_backend import MultiClusterBackend, WorkerMonitor
 from queuemgr.controller.ports import Clock, ClusterBackend
-from queuemgr.controller.provisioning import AdmissionCheckGate, AdmissionCheckWorker
+from queuemgr.controller.provisioning import AdmissionCheckWorker
 from queuemgr.core.domains import DomainChoice, DomainRule
 from queuemgr.core.model import ResourceFlavor
 from queuemgr.core.policy import SchedulerPolicy

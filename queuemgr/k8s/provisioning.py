@@ -8,7 +8,8 @@ a PodTemplate object in its namespace and a count, and a class
 the autoscaler answers with conditions: ``Provisioned``, ``Failed``,
 ``BookingExpired``, ``CapacityRevoked``. This module builds those objects from
 a job and its flavor, and reads the conditions back; the controller's check
-(``controller/provisioning.py``) decides what they mean for the workload.
+(``controller/reservation_checks.py``, ``controller/provisioning.py``) decides what
+they mean for the workload.
 
 What must stay true: the objects are labelled with the check and the job
 (``queuemgr.io/admission-check``, ``queuemgr.io/workload``) and owned by the

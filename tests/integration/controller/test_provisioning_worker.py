@@ -21,10 +21,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.controller.admission_gate import AdmissionCheckGate
 from queuemgr.controller.kube_backend import KubernetesBackend
 from queuemgr.controller.kube_section import AdmissionCheckSettings
 from queuemgr.controller.leader import LeaderElector
-from queuemgr.controller.provisioning import AdmissionCheckGate, AdmissionCheckWorker
+from queuemgr.controller.provisioning import AdmissionCheckWorker
 from queuemgr.controller.testing import FakeBackend, FakeClock
 from queuemgr.core.model import (
     Admission,
