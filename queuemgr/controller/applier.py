@@ -1,14 +1,16 @@
-"""Applying a cycle's committed decisions to the backend: starts in flight, stops after them.
+"""Applying a cycle's committed decisions to the backend: stops, then concurrent starts.
 
-Why it exists: on a real cluster each start is a round trip to the API server.
-Had the loop waited for a cycle's starts before its next cycle, every admission
-would wait for the slowest start of its cycle, and every finish that came in
-meanwhile for the next cycle to begin: on a busy cluster of short runs, quota
-would sit admitted but not running. So a backend that can start gangs
-concurrently (``start_concurrency`` above 1) gets them on a pool of threads,
-and the loop goes on to its next cycle while they are in flight. A backend
-that cannot (the simulated one: a start is a dictionary write) is called
-inline, so ``simulate`` and ``serve`` apply in the same order.
+Why it exists: on a real cluster each start is a round trip to the API server,
+so a cycle's starts go out on a pool of ``start_concurrency`` threads, each
+retried on its own, and how long each admitted gang waited for its start is
+measured (``queuemgr_admission_start_seconds``). A backend that starts one at a
+time (the simulated one: a start is a dictionary write) is called inline, so
+``simulate`` and ``serve`` apply in the same order.
+
+The loop waits for a cycle's starts before its next cycle. Leaving them in
+flight while the next cycle ran was measured (docs/benchmarks.md, "Starts left
+in flight") and was slower: the loop's next cycle held the interpreter while
+the start threads waited for it, and the wait from admission to start grew.
 
 What must stay true:
 
@@ -16,10 +18,8 @@ What must stay true:
 - each admission is started once, retried with backoff until it succeeds or
   this replica stops leading or stops (the next leader starts what is
   committed and not running);
-- a stop of a workload waits for that workload's start in flight, so a
-  victim's suspension never lands before its own unsuspension;
-- :meth:`Applier.settle` waits for every start in flight: a new leadership's
-  take-over reads what runs only after it.
+- :meth:`Applier.start_all` returns once every start it was given has landed
+  or been given up, so no backend call of a cycle overlaps the next cycle.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from queuemgr.controller.ports import Clock, ClusterBackend
@@ -53,13 +53,11 @@ class Applier:
         self._clock = clock
         self._metrics = metrics
         self._stopping = stopping
-        self._pool: ThreadPoolExecutor | None = None  # made for the first concurrent start
-        self._lock = threading.Lock()
-        self._in_flight: dict[WorkloadId, Future[bool]] = {}
+        self._pool: ThreadPoolExecutor | None = None  # made for the first concurrent starts
 
     def start_all(self, token: LeaderToken, starts: Sequence[AdmittedWorkload]) -> None:
-        """Start each admitted gang: inline, or handed to the pool without waiting."""
-        if self._backend.start_concurrency <= 1:
+        """Start each admitted gang, concurrently where the backend allows; wait for all."""
+        if self._backend.start_concurrency <= 1 or len(starts) <= 1:
             for a in starts:
                 self._start(token, a)
             return
@@ -67,28 +65,11 @@ class Applier:
             self._pool = ThreadPoolExecutor(
                 self._backend.start_concurrency, thread_name_prefix="queuemgr-start"
             )
-        for a in starts:
-            wid = a.workload.id
-            self._settle_one(wid)  # admitted again after a stop: the earlier start came first
-            future = self._pool.submit(self._start, token, a)
-            with self._lock:
-                self._in_flight[wid] = future
-            future.add_done_callback(partial(self._landed, wid))
+        list(self._pool.map(partial(self._start, token), starts))  # _start never raises
 
     def stop(self, token: LeaderToken, wid: WorkloadId) -> bool:
-        """Stop ``wid`` once its start in flight (if any) has landed; False if given up."""
-        self._settle_one(wid)
+        """Stop ``wid``'s gang; False if given up (no longer leading, or stopping)."""
         return self.retry(token, partial(self._backend.stop, wid))
-
-    def settle(self) -> None:
-        """Wait until no start is in flight."""
-        with self._lock:
-            futures = list(self._in_flight.values())
-        wait(futures)  # _start never raises; a start cancelled by shutdown is over too
-
-    def in_flight(self) -> int:
-        with self._lock:
-            return len(self._in_flight)
 
     def shutdown(self) -> None:
         if self._pool is not None:
@@ -113,14 +94,3 @@ class Applier:
         if started:
             self._metrics.observe_start(self._clock.now() - admitted.admitted_at)
         return started
-
-    def _settle_one(self, wid: WorkloadId) -> None:
-        with self._lock:
-            future = self._in_flight.get(wid)
-        if future is not None:
-            wait([future])
-
-    def _landed(self, wid: WorkloadId, future: Future[bool]) -> None:
-        with self._lock:
-            if self._in_flight.get(wid) is future:
-                del self._in_flight[wid]

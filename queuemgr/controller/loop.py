@@ -15,10 +15,9 @@ Why it exists: this is the service. Each cycle (only on the leader):
    ended, evictions) is committed in ONE fenced transaction; a lost leader
    commits nothing;
 5. only then are the decisions applied to the backend (stop victims, start
-   admitted gangs; ``controller.applier``), retried with backoff until they
-   succeed; stopped victims are requeued, with the policy's requeue backoff,
-   which wakes the next cycle for their preemptor. A backend that starts
-   gangs concurrently gets them in flight while the next cycle runs.
+   admitted gangs, concurrently where the backend allows; ``controller.applier``),
+   retried with backoff until they succeed; stopped victims are requeued, with
+   the policy's requeue backoff, which wakes the next cycle for their preemptor.
 
 It runs when woken (a NOTIFY, a finish the backend expects, the end of a
 requeue backoff, a new leadership) and on the periodic safety cycle, which
@@ -27,9 +26,9 @@ also samples usage and stops gangs past their ``max_runtime``.
 What must stay true: nothing reaches the backend before it is committed, so a
 crash between the two steps loses nothing (a new leader re-starts admitted
 gangs the backend does not run); the backend is told to start a gang once
-per admission; one thread runs cycles, and the only backend calls that overlap
-it are starts in flight, each of a different workload (a stop of one waits for
-its start).
+per admission; one thread runs cycles, and a cycle's backend calls end before
+the next cycle begins (its starts overlap only each other, each of a different
+workload).
 """
 
 from __future__ import annotations
@@ -307,10 +306,6 @@ class SchedulerLoop:
                 self._requeue(token, wid)
         self._applier.start_all(token, starts)
 
-    def settle(self) -> None:
-        """Wait until every start handed to the backend has landed (tests, take-over)."""
-        self._applier.settle()
-
     def _requeue(self, token: LeaderToken, wid: WorkloadId) -> None:
         """Its pods are gone: Pending again, after the policy's backoff for its evictions."""
         try:
@@ -351,7 +346,6 @@ class SchedulerLoop:
         for wid in victims:
             if self._applier.stop(token, wid):
                 self._requeue(token, wid)
-        self._applier.settle()  # a start still in flight from an earlier leadership counts
         running = self._backend.running()
         for a in state.admitted:
             if a.workload.id not in running:

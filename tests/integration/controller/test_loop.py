@@ -106,7 +106,6 @@ def test_a_cycles_starts_run_as_concurrently_as_the_backend_allows(
     try:
         report = loop.run_once()
         assert report is not None and len(report.admitted) == 8
-        loop.settle()  # a concurrent backend's starts are still in flight when the cycle ends
         assert backend.running() == {f"team-a/j{i}" for i in range(8)}
         assert sum(backend.start_calls.values()) == 8 + fail_starts
         assert (backend.max_in_flight > 1) is overlap
