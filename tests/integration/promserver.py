@@ -35,6 +35,9 @@ VARIABLES = {
     "$__interval": "15s",
     "$__range": "5m",
 }
+# Fed by the service's loop only (its phases and its starts): the simulator's observer
+# has neither, so the live service's test (test_prometheus_serve.py) requires their data.
+SERVICE_LOOP_PANELS = frozenset({"Scheduler loop time by phase", "Admission to start"})
 KEY_PANELS = (
     "Pending workloads per cluster queue, by reason",
     "Pending workloads per local queue, by reason",

@@ -4,7 +4,8 @@ A real service process (simulated backend) schedules a scripted stream of
 jobs in two ClusterQueues of one cohort: short jobs for twenty seconds, then
 long 8-GPU jobs that fill the cluster and leave a queue. Prometheus scrapes
 the service's /metrics every second. Every dashboard query must parse and
-succeed, the key panels must have data, and the values must equal what the
+succeed, the key panels and the loop's own (phases, admission to start) must have
+data, and the values must equal what the
 store says: pending and admitted counts and GPU usage per ClusterQueue.
 
 It also draws the pending-workloads panel over the run to a PNG; set
@@ -27,6 +28,7 @@ from sqlalchemy import Engine
 from queuemgr.store.transitions import submit_workload
 from tests.integration.promserver import (
     KEY_PANELS,
+    SERVICE_LOOP_PANELS,
     Prom,
     dashboard_targets,
     prometheus_binary,
@@ -144,7 +146,7 @@ def _check_every_query(prom: Prom) -> None:
     empty_key = []
     for title, expr in targets:
         result = prom.query(substitute(expr))
-        if title in KEY_PANELS:
+        if title in KEY_PANELS or title in SERVICE_LOOP_PANELS:
             values = [float(s["value"][1]) for s in result]
             if not any(math.isfinite(v) for v in values):
                 empty_key.append((title, expr))
