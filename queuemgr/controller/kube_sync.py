@@ -13,7 +13,9 @@ store writes, each with a NOTIFY that wakes the scheduler:
   the backend's ``poll_finished``); a job deleted (or unlabelled) -> finished
   with ``Deleted``, which frees its quota;
 - a job running without an admission in the store (created while no webhook
-  suspended it) -> suspended again, guarded by its ``resourceVersion``;
+  suspended it) -> suspended again, guarded by its ``resourceVersion``; a
+  suspended one whose frozen template kept the flavor's tolerations (a preempted
+  ``batch/v1`` Job) -> the user's put back once its controller releases it;
 - a Node added or changed (allocatable, labels, taints, cordoned)
   -> ``upsert_node`` (audited), so capacity follows the cluster;
 - a Node deleted, or gone while the service was down -> ``retire_nodes``
@@ -300,6 +302,14 @@ class JobSync(Worker):
         if not job.is_suspended() and row.state is not WorkloadState.ADMITTED:
             log.info("%s runs without an admission (%s); suspending it", wid, row.state.value)
             self._patch(ref, guard(("metadata", "resourceVersion"), ref.version) + job.suspend())
+        elif job.is_suspended() and row.state is not WorkloadState.ADMITTED:
+            # A preempted batch/v1 Job kept the flavor's tolerations through its suspension;
+            # its controller marking it Suspended releases the template: put the user's back.
+            # Guarded: a start built on the same version wins, and run_with starts afresh.
+            restore = job.leftover_restore()
+            if restore:
+                log.info("%s is suspended; its own tolerations are put back", wid)
+                self._patch(ref, guard(("metadata", "resourceVersion"), ref.version) + restore)
         return False
 
     def _workload(self, ref: JobRef) -> Workload:

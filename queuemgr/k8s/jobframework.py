@@ -108,7 +108,8 @@ class GenericJob:
     FAILED: ClassVar[str]
     # The API server refuses a change of the pod templates in the request that suspends
     # the running job (a ``batch/v1`` Job's scheduling directives may change only while
-    # it is suspended), so ``suspend`` restores the tolerations only once it is.
+    # it is suspended), so ``suspend`` restores the tolerations only once it is released
+    # (``template_released``), and the job sync finishes it then (``leftover_restore``).
     TEMPLATE_FROZEN_WHILE_RUNNING: ClassVar[bool] = False
 
     def __init__(self, obj: Mapping[str, Any]) -> None:
@@ -228,9 +229,35 @@ class GenericJob:
                         else set_value(self.obj, t.count_field, value)
                     )
             patch += remove_value(self.obj, ("metadata", "annotations", ORIGINAL_COUNTS_ANNOTATION))
-        if self.is_suspended() or not self.TEMPLATE_FROZEN_WHILE_RUNNING:
+        if self.template_released():
             patch += self._restore_tolerations()
         return patch + remove_value(self.obj, ("metadata", "annotations", PLACEMENT_ANNOTATION))
+
+    def template_released(self) -> bool:
+        """Whether the API server lets the pod templates' scheduling directives change now.
+
+        Always for a kind whose templates may change while it runs. For one whose are
+        frozen (``batch/v1``): once suspended with no active pods, and either never
+        started or marked ``Suspended`` by its controller."""
+        if not self.TEMPLATE_FROZEN_WHILE_RUNNING:
+            return True
+        if not self.is_suspended():
+            return False
+        status = self.obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
+        conditions = status.get("conditions")
+        marked = isinstance(conditions, list) and any(
+            isinstance(c, Mapping) and c.get("type") == "Suspended" and c.get("status") == "True"
+            for c in conditions
+        )
+        return not status.get("active") and (status.get("startTime") is None or marked)
+
+    def leftover_restore(self) -> Patch:
+        """What a suspended job still has to put back: the recorded tolerations that a
+        frozen template kept through its suspension, once it is released; else nothing."""
+        if not self.is_suspended() or not self.template_released():
+            return Patch()
+        return self._restore_tolerations()
 
     def run_with(self, placement: Placement) -> Patch:
         originals = self._original_selectors()

@@ -36,6 +36,7 @@ from queuemgr.core.model import (
     PreemptionPolicy,
     ReclaimWithinCohort,
     ResourceFlavor,
+    Toleration,
 )
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.admission_handler import AdmissionHandler
@@ -168,6 +169,7 @@ class KubeEnv:
         nominal: int = 8,
         reclaim: ReclaimWithinCohort = ReclaimWithinCohort.NEVER,
         tree: bool = False,
+        tolerations: tuple[Toleration, ...] = (),
     ) -> None:
         """Two teams in cohort ``research``; with ``tree``, cousins instead: team-a in
         ``lab-a`` and team-b in ``lab-b``, both under ``research``, lending through it."""
@@ -179,7 +181,9 @@ class KubeEnv:
             name = f"gpu-{self.suffix}-{i}"
             add_gpu_node(self.api, name, gpus=gpus_per_node, labels={POOL: self.suffix})
             self.nodes.append(name)
-        flavor = ResourceFlavor(name=FlavorName("h100"), node_labels={POOL: self.suffix})
+        flavor = ResourceFlavor(
+            name=FlavorName("h100"), node_labels={POOL: self.suffix}, tolerations=tolerations
+        )
         preemption = PreemptionPolicy(reclaim_within_cohort=reclaim)
         with self.engine.begin() as conn:
             store_config.upsert_flavor(conn, flavor, actor="test")

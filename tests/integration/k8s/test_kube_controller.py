@@ -19,9 +19,13 @@ import pytest
 from kubernetes import client
 from sqlalchemy import Engine, text
 
-from queuemgr.core.model import ReclaimWithinCohort
+from queuemgr.core.model import ReclaimWithinCohort, TaintEffect, Toleration
 from queuemgr.k8s.cluster import WORKLOAD_LABEL
-from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION, QUEUE_LABEL
+from queuemgr.k8s.jobframework import (
+    ORIGINAL_TOLERATIONS_ANNOTATION,
+    PLACEMENT_ANNOTATION,
+    QUEUE_LABEL,
+)
 from queuemgr.k8s.jobstatus import (
     ADMITTED_CONDITION,
     PENDING_CONDITION,
@@ -121,9 +125,11 @@ def test_a_gang_that_does_not_fit_waits_with_its_reason_then_starts(env: KubeEnv
 def test_preemption_suspends_the_borrower_which_resumes_later(
     control_plane: ControlPlane, engine: Engine, database_url: str
 ) -> None:
+    # The flavor adds a toleration: the victim gets its own template back once the job
+    # controller has suspended it (the API server refuses it in the suspending request).
     with kube_env(control_plane, engine, database_url) as env:
-        env.setup(reclaim=ReclaimWithinCohort.ANY)
-        _preemption(env)
+        env.setup(reclaim=ReclaimWithinCohort.ANY, tolerations=(SPOT,))
+        _preemption(env, restored=True)
 
 
 def test_a_cousin_reclaims_through_the_cohort_tree(
@@ -136,7 +142,15 @@ def test_a_cousin_reclaims_through_the_cohort_tree(
         _preemption(env)
 
 
-def _preemption(env: KubeEnv) -> None:
+SPOT = Toleration(key="example.com/spot", operator="Exists", effect=TaintEffect.NO_SCHEDULE)
+
+
+def _tolerations(env: KubeEnv, ns: str, name: str) -> list[dict[str, Any]]:
+    job = env.batch.api_client.sanitize_for_serialization(env.job(ns, name))
+    return list(job["spec"]["template"]["spec"].get("tolerations") or [])
+
+
+def _preemption(env: KubeEnv, *, restored: bool = False) -> None:
     a, b = env.namespaces
     with FakeKubelet(env.plane, list(env.namespaces)) as kubelet:
         env.start()
@@ -151,6 +165,16 @@ def _preemption(env: KubeEnv) -> None:
         victim = victims[0]
         assert env.states()[victim][0] == "Pending"
         assert not env.bound_pods(b, victim)
+        if restored:
+            wait_for(
+                lambda: _tolerations(env, b, victim) == [],
+                what="the victim's own (empty) tolerations put back",
+            )
+            annotations = env.job(b, victim).metadata.annotations or {}
+            assert ORIGINAL_TOLERATIONS_ANNOTATION not in annotations
+            assert _tolerations(env, a, "a1") == [
+                {"key": "example.com/spot", "operator": "Exists", "effect": "NoSchedule"}
+            ]
         assert env.admitted_gpus() == 16
         kubelet.finish(a, "a1", 1)
         env.wait_running(b, victim, 1)

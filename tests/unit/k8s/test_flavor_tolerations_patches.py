@@ -112,6 +112,54 @@ def test_a_running_job_keeps_its_template_until_it_is_suspended() -> None:
     assert not job_for(restored).suspend()  # nothing left to change
 
 
+_STARTED = "2026-12-07T10:00:00Z"
+_MARKED = {"type": "Suspended", "status": "True"}
+
+
+@pytest.mark.parametrize(
+    ("status", "released"),
+    [
+        pytest.param(None, True, id="never-started"),
+        pytest.param({"startTime": _STARTED, "active": 2}, False, id="pods-active"),
+        pytest.param({"startTime": _STARTED}, False, id="started-not-marked"),
+        pytest.param({"startTime": _STARTED, "conditions": [_MARKED]}, True, id="marked"),
+        pytest.param(
+            {"startTime": _STARTED, "active": 1, "conditions": [_MARKED]},
+            False,
+            id="marked-pods-active",
+        ),
+    ],
+)
+def test_a_suspended_jobs_template_is_released_as_the_api_server_allows(
+    status: dict[str, Any] | None, released: bool
+) -> None:
+    original = _suspended("job-gpu")
+    running = apply_patch(original, job_for(original).run_with(TOLERANT).as_json())
+    stopped = apply_patch(running, job_for(running).suspend().as_json())
+    if status is not None:
+        stopped["status"] = status
+    job = job_for(stopped)
+    assert job.template_released() is released
+    leftover = job.leftover_restore()
+    assert bool(leftover) is released
+    # suspend() of a suspended Job would carry the same restore, never a refused one.
+    assert any("/spec/template" in op["path"] for op in job.suspend().as_json()) is released
+    if released:
+        restored = apply_patch(stopped, leftover.as_json())
+        assert _templates(restored) == _templates(original)
+        assert not job_for(restored).leftover_restore()  # put back once
+
+
+@pytest.mark.parametrize("name", ["jobset", "pytorchjob", "raycluster", "rayjob"])
+def test_kinds_restored_while_suspending_leave_nothing_over(name: str) -> None:
+    original = _suspended(name)
+    running = apply_patch(original, job_for(original).run_with(TOLERANT).as_json())
+    stopped = apply_patch(running, job_for(running).suspend().as_json())
+    assert job_for(stopped).template_released()
+    assert not job_for(stopped).leftover_restore()
+    assert not job_for(running).leftover_restore()  # running: nothing is put back
+
+
 def test_an_unrestored_job_admitted_elsewhere_starts_from_the_users_tolerations() -> None:
     original = _suspended("job-gpu")
     users = original["spec"]["template"]["spec"]["tolerations"]
