@@ -13,7 +13,10 @@ both kinds:
   while it is admitted, from the object (Kubernetes mode) and from the store;
 - a Ray gang submitted with ``queuemgr submit -f`` borrows the cohort's idle
   quota, is suspended again when the lending queue's own job reclaims it,
-  says why it waits (``why``, both modes), and resumes once the quota is back.
+  says why it waits (``why``, both modes), and resumes once the quota is back;
+- a Ray gang whose one worker group has ``minReplicas`` is admitted again smaller
+  after a reclaim (partial admission: ``replicas`` patched down, accepted by the
+  CRD, only the placed workers charged).
 
 Two tests guard bugs found here: a RayJob left with KubeRay's default
 submitter must start (its absent template is neither labelled nor patched),
@@ -485,3 +488,51 @@ def _agreed(env: KubeEnv, ray: Ray, ns: str, name: str) -> dict[str, Any] | None
 def _event_reasons(env: KubeEnv, ns: str, name: str) -> set[str]:
     events = env.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
     return {str(e.reason) for e in events.items}
+
+
+@pytest.mark.parametrize("kind", ["RayJob", "RayCluster"], ids=["rayjob", "raycluster"])
+def test_a_ray_gang_with_min_replicas_comes_back_smaller_after_a_reclaim(
+    reclaim_env: KubeEnv, kind: str
+) -> None:
+    """Partial admission through KubeRay's own schema: a worker group of 4 with
+    ``minReplicas: 1`` borrows the cohort whole (16 GPUs); the lender reclaims its 8, the
+    gang is suspended with its ``replicas`` put back, and it is admitted again with the 2
+    workers that fit, ``replicas`` patched to 2 (accepted by the CRD) and the placed pods
+    charged, until it is deleted."""
+    env = reclaim_env
+    a, b = env.namespaces
+    ray = Ray(env, kind)
+    name = f"elastic-{kind.lower()}"
+    body = _ray(kind, name, gpu_workers=4, gpus_per_worker=4)
+    _cluster_of(body)["workerGroupSpecs"][0]["minReplicas"] = 1
+    with store_webhook(env), FakeKubelet(env.plane, list(env.namespaces)):
+        _start(env)
+        ray.create(b, body)
+        env.wait_state(name, "Admitted")
+        whole = wait_for(
+            lambda: (got := ray.read(b, name))["spec"]["suspend"] is False and got,
+            what=f"{kind} {b}/{name} unsuspended",
+        )
+        assert _cluster_of(whole)["workerGroupSpecs"][0]["replicas"] == 4
+        assert env.admitted_gpus() == 16
+
+        env.batch.create_namespaced_job(a, job_manifest("a1"))  # team-a takes its 8 back
+        env.wait_running(a, "a1", 1)
+        smaller = wait_for(  # after its requeue backoff: admitted again, smaller
+            lambda: (
+                (got := ray.read(b, name))["spec"]["suspend"] is False
+                and _cluster_of(got)["workerGroupSpecs"][0]["replicas"] == 2
+                and got
+            ),
+            what=f"{kind} {b}/{name} admitted again with 2 workers",
+        )
+        assert env.admitted_gpus() == 16  # a1's 8 and the gang's 2 x 4
+        placement = json.loads(smaller["metadata"]["annotations"][PLACEMENT_ANNOTATION])
+        assert sum(placement["podSets"]["gpu"]["nodes"].values()) == 2
+        stored = _stored_gang(env, b, name)
+        assert stored["gpu"][1] == 2  # placed
+        assert env.states()[name][0] == "Admitted"
+
+        ray.delete(b, name)
+        env.wait_state(name, "Finished")
+        wait_for(lambda: env.admitted_gpus() == 8, what=f"{name}'s quota freed")
