@@ -23,7 +23,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.node_topology import FreeIndex, build_free_index, reindex
+from queuemgr.core.node_topology import FreeIndex, NodeClass, build_free_index, reindex
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import QueueBook
 from queuemgr.core.resources import ResourceName, Resources
@@ -51,6 +51,10 @@ class Cache:
             name: dict(n.allocatable) for name, n in config.all_nodes.items()
         }
         self._index = build_free_index(config.node_topology, self._free)
+        # Nodes whose free capacity changed since the index was last brought up to date,
+        # with their class and the free the index still files them under: the index is
+        # regrouped once per snapshot, not once per placement.
+        self._moved: dict[NodeName, tuple[NodeClass, Resources, Resources]] = {}
         # Copies handed to snapshots, reused until the admitted set changes.
         self._frozen: tuple[MutableUsage, dict[NodeName, Resources], _Admitted, FreeIndex] | None
         self._frozen = None
@@ -135,7 +139,8 @@ class Cache:
             self._free[p.node] = new
             cls = class_of.get(p.node)
             if cls is not None:
-                reindex(self._index, cls, p.node, old, new)
+                was = self._moved.get(p.node)
+                self._moved[p.node] = (cls, old if was is None else was[1], new)
 
     # -- reading ----------------------------------------------------------
     def pending(self) -> Iterable[Workload]:
@@ -155,6 +160,9 @@ class Cache:
         }
         unroutable = self._queues.get(None)
         if self._frozen is None:
+            if self._moved:
+                reindex(self._index, self._moved)
+                self._moved = {}
             self._frozen = (
                 dict(self._usage),
                 dict(self._free),

@@ -18,7 +18,6 @@ never mutated (``reindex`` replaces groups, it does not edit them).
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -230,21 +229,31 @@ def build_free_index(topology: NodeTopology, free: Mapping[NodeName, Resources])
 
 
 def reindex(
-    index: MutableIndex, cls: NodeClass, node: NodeName, old: Resources, new: Resources
+    index: MutableIndex, moved: Mapping[NodeName, tuple[NodeClass, Resources, Resources]]
 ) -> None:
-    """Move ``node`` between groups, replacing (never mutating) what snapshots may hold."""
-    old_key, new_key = free_key(cls, old), free_key(cls, new)
-    if old_key == new_key:
-        return
-    groups = dict(index[cls.index])
-    members = groups[old_key]
-    at = bisect.bisect_left(members, node)  # groups are sorted by name
-    left = (*members[:at], *members[at + 1 :])
-    if left:
-        groups[old_key] = left
-    else:
-        del groups[old_key]
-    target = groups.get(new_key, ())
-    at = bisect.bisect_left(target, node)
-    groups[new_key] = (*target[:at], node, *target[at:])
-    index[cls.index] = groups
+    """Move each node of ``moved`` (node -> its class, old free, new free) between groups.
+
+    Batched: each group that changes is rebuilt once, however many of its nodes moved,
+    so a cycle of thousands of placements costs the groups it touched, not a copy of a
+    group per placement. Replaces (never mutates) what snapshots may hold."""
+    out: dict[int, dict[tuple[int, ...], set[NodeName]]] = {}  # class -> key -> leaving
+    into: dict[int, dict[tuple[int, ...], list[NodeName]]] = {}  # class -> key -> arriving
+    for node, (cls, old, new) in moved.items():
+        old_key, new_key = free_key(cls, old), free_key(cls, new)
+        if old_key != new_key:
+            out.setdefault(cls.index, {}).setdefault(old_key, set()).add(node)
+            into.setdefault(cls.index, {}).setdefault(new_key, []).append(node)
+    for c in out.keys() | into.keys():
+        groups = dict(index[c])
+        leaving, arriving = out.get(c, {}), into.get(c, {})
+        for key in leaving.keys() | arriving.keys():
+            gone = leaving.get(key)
+            members = [n for n in groups.get(key, ()) if not gone or n not in gone]
+            members.extend(arriving.get(key, ()))
+            if key in arriving:
+                members.sort()  # groups are sorted by name
+            if members:
+                groups[key] = tuple(members)
+            else:
+                groups.pop(key, None)
+        index[c] = groups
