@@ -44,7 +44,7 @@ from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderSettings, leader_settings
 from queuemgr.store.repository import load_state
 from queuemgr.store.state import StoredState
-from queuemgr.store.status_board import ahead, standing, tree_and_running
+from queuemgr.store.status_board import ahead, cohort_path, standing, tree_and_running
 from queuemgr.store.tenant_view import read_as_tenant, rows_are_filtered
 from queuemgr.store.usage import load_queue_usage
 
@@ -187,6 +187,11 @@ def explain(
     doc = _base_doc(wid, workload, now)
     if workload["state"] not in ("Pending", "Inadmissible"):
         doc["eta_reason"] = f"not queued: the workload is {workload['state']}"
+        if workload["cluster_queue"]:  # where it ran: its queue's cohort, as a queued one's
+            with db.read() as conn:
+                if rows_are_filtered(conn):
+                    read_as_tenant(conn)
+                doc["cohort"] = cohort_path(conn, workload["cluster_queue"])
         if workload["state"] == "Admitted":
             doc["message"] = (
                 f"running on flavor {workload['flavor']} since {workload['admitted_at']}"
@@ -340,6 +345,7 @@ def _evaluated(
     admitted = list(decisions.admitted)
     mine = next((a for a in admitted if a.workload.id == wid), None)
     if mine is not None:
+        doc["cohort"] = _cohort_of(state, mine.admission.cluster_queue)
         doc.update(
             cluster_queue=mine.admission.cluster_queue,
             reason="Admissible",
@@ -367,14 +373,20 @@ def _evaluated(
         doc["message"] = _claim_message(doc["claim"])
     _eta(doc, st.eta, st.reason, now)
     if st.cluster_queue is not None:
-        queue = state.config.cluster_queues.get(st.cluster_queue)
-        if queue is not None and queue.cohort is not None:
-            doc["cohort"] = state.config.quota_topology.tree.path(queue.cohort)
+        doc["cohort"] = _cohort_of(state, st.cluster_queue)
         doc["frees_up"] = _frees_up(state, st.cluster_queue, wid, now)
         ahead = _ahead(state, decisions, st.cluster_queue, st.position_in_cluster_queue)
         doc["ahead_count"] = len(ahead)
         doc["ahead"] = ahead[:AHEAD]
     return doc
+
+
+def _cohort_of(state: StoredState, cq: ClusterQueueName) -> str | None:
+    """The path of ``cq``'s cohort from its root, or None for a queue in no cohort."""
+    queue = state.config.cluster_queues.get(cq)
+    if queue is None or queue.cohort is None:
+        return None
+    return state.config.quota_topology.tree.path(queue.cohort)
 
 
 def _eta(doc: dict[str, Any], eta: float | None, reason: PendingReason | None, now: float) -> None:

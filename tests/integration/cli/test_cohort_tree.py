@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from tests.integration.cli.conftest import Invoke
+from tests.integration.controller.helpers import run_one_cycle
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +131,9 @@ def test_apply_writes_parents_first_and_prunes_children_first(
     assert "team" not in names and "division" not in names
 
 
-def test_why_names_the_cohort_path_and_the_level_that_blocks(cli: Invoke, applied: Path) -> None:
+def test_why_names_the_cohort_path_and_the_level_that_blocks(
+    cli: Invoke, applied: Path, engine: Engine
+) -> None:
     # org holds 8 GPUs of its own, but research may borrow nothing from it: team-a
     # reaches its 16 and team-b's idle 8, and its fourth 8-GPU job waits on research.
     _ok(cli, "cohort", "create", "org", "--flavor", "h100", "--nominal", "nvidia.com/gpu=8")
@@ -145,3 +149,10 @@ def test_why_names_the_cohort_path_and_the_level_that_blocks(cli: Invoke, applie
     assert "cohort org/research is at its borrowing limit" in doc["message"], doc["message"]
     table = _ok(cli, "why", "w3", "-n", "team-a")
     assert "org/research" in table
+    # One the next cycle admits names its queue's cohort too, and so does one that runs.
+    doc = json.loads(_ok(cli, "why", "w0", "-n", "team-a", "-o", "json"))
+    assert (doc["reason"], doc["cohort"]) == ("Admissible", "org/research"), doc
+    run_one_cycle(engine)
+    doc = json.loads(_ok(cli, "why", "w0", "-n", "team-a", "-o", "json"))
+    assert (doc["state"], doc["cohort"]) == ("Admitted", "org/research"), doc
+    assert "Cohort:        org/research" in _ok(cli, "why", "w0", "-n", "team-a")
