@@ -16,7 +16,9 @@ both kinds:
   says why it waits (``why``, both modes), and resumes once the quota is back;
 - a Ray gang whose one worker group has ``minReplicas`` is admitted again smaller
   after a reclaim (partial admission: ``replicas`` patched down, accepted by the
-  CRD, only the placed workers charged).
+  CRD, only the placed workers charged);
+- a RayJob that KubeRay marks failed ends ``Failed`` with KubeRay's message and
+  frees its quota.
 
 Two tests guard bugs found here: a RayJob left with KubeRay's default
 submitter must start (its absent template is neither labelled nor patched),
@@ -536,3 +538,46 @@ def test_a_ray_gang_with_min_replicas_comes_back_smaller_after_a_reclaim(
         ray.delete(b, name)
         env.wait_state(name, "Finished")
         wait_for(lambda: env.admitted_gpus() == 8, what=f"{name}'s quota freed")
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        pytest.param(
+            {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "exit 3"},
+            "exit 3",
+            id="failed",
+        ),
+        pytest.param(
+            {"jobDeploymentStatus": "Complete", "jobStatus": "FAILED", "message": "traceback"},
+            "traceback",
+            id="complete-but-failed",
+        ),
+    ],
+)
+def test_a_failed_rayjob_is_finished_failed_and_frees_its_quota(
+    ray_env: KubeEnv, status: dict[str, str], message: str
+) -> None:
+    """KubeRay marks a RayJob whose entrypoint failed ``Failed`` (or ``Complete`` with
+    ``jobStatus: FAILED``): its workload ends ``Failed`` with KubeRay's message, and
+    its GPUs go back to the queue."""
+    env = ray_env
+    a, _ = env.namespaces
+    ray = Ray(env, "RayJob")
+    name = "doomed"
+    with store_webhook(env):
+        _start(env)
+        ray.create(a, _ray("RayJob", name, gpu_workers=2, gpus_per_worker=4))
+        env.wait_state(name, "Admitted")
+        wait_for(lambda: not ray.suspended(a, name), what=f"RayJob {a}/{name} unsuspended")
+        assert env.admitted_gpus() == 8
+        ray.patch_status(a, name, status)  # play KubeRay: the entrypoint failed
+        env.wait_state(name, "Finished")
+        state, reason = env.states()[name]
+        assert (state, reason) == ("Finished", "Failed")
+        with env.engine.connect() as conn:
+            stored = conn.execute(
+                text("SELECT message FROM workloads WHERE name = :name"), {"name": name}
+            ).scalar_one()
+        assert message in stored
+        wait_for(lambda: env.admitted_gpus() == 0, what=f"{name}'s quota freed")
