@@ -111,4 +111,4 @@ def test_alert_rules_pass_promtool() -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 5 rules found" in out.stdout
+    assert "SUCCESS: 6 rules found" in out.stdout
