@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from queuemgr.controller.ports import Clock, ClusterBackend
+from queuemgr.controller.ports import Clock, ClusterBackend, StaleObject
 from queuemgr.core.model import AdmittedWorkload, WorkloadId
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.store.leadership import LeaderToken
@@ -78,10 +78,16 @@ class Applier:
     def retry(self, token: LeaderToken, action: Callable[[], None]) -> bool:
         """Run ``action`` until it succeeds; give up only when stopping or no longer leading."""
         delay = 0.05
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 action()
                 return True
+            except StaleObject as exc:  # another writer got there first: routine, unless
+                # it keeps happening (a patch that cannot apply looks the same to the server)
+                level = logging.INFO if attempt <= 3 else logging.WARNING
+                log.log(level, "%s; retrying in %.2fs", exc, delay)
             except Exception as exc:  # any backend failure is retried; the store is the truth
                 log.warning("applying a decision failed (%s); retrying in %.2fs", exc, delay)
             if self._stopping.is_set() or self._leadership() != token:

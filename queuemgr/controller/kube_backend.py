@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from queuemgr.controller.ports import BackendError
+from queuemgr.controller.ports import BackendError, StaleObject
 from queuemgr.core.lifecycle import RunEnd
 from queuemgr.core.model import AdmittedWorkload, Node, NodeName, ResourceFlavor, WorkloadId
 from queuemgr.k8s import manifest as m
@@ -99,11 +99,24 @@ def start_placement(
     )
 
 
+# What the API server answers when a JSON Patch does not apply to the object, its
+# ``test`` operation included: a 422 with this message and no details (a validation
+# error names its fields). Every patch of ours opens with a test of the resourceVersion
+# it was built on, and is built against that very copy, so it fails so only when the
+# object moved on (the applier warns if it keeps failing).
+_GUARD_FAILED = "the server rejected our request due to an error in our request"
+
+
 def api_error(action: str, wid: str, error: ApiException) -> BackendError:
     try:
-        why = json.loads(error.body or "{}").get("message") or error.reason
+        status = json.loads(error.body or "{}")
+        why = status.get("message") or error.reason
     except (ValueError, AttributeError):
-        why = error.reason
+        status, why = {}, error.reason
+    if error.status == 409 or (
+        error.status == 422 and why == _GUARD_FAILED and not status.get("details")
+    ):
+        return StaleObject(f"{action} {wid}: the object changed meanwhile; retried on the new one")
     return BackendError(f"{action} {wid}: API server said {error.status}: {why}")
 
 

@@ -25,6 +25,11 @@ class BackendError(RuntimeError):
     """The backend could not carry out a request now; the loop retries it."""
 
 
+class StaleObject(BackendError):
+    """The object changed since the copy a request was built on (another writer got
+    there first): routine under concurrent writers, retried on the new version."""
+
+
 class ClusterBackend(Protocol):
     # How many ``start`` calls the loop may run at once: 1 for an in-memory backend,
     # more for one whose start is a network round trip (the Kubernetes API).

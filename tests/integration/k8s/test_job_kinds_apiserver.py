@@ -22,6 +22,8 @@ import pytest
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from queuemgr.controller.kube_backend import api_error
+from queuemgr.controller.ports import StaleObject
 from queuemgr.core.model import TaintEffect, Toleration
 from queuemgr.k8s.jobs import (
     ORIGINAL_SELECTORS_ANNOTATION,
@@ -38,6 +40,7 @@ from queuemgr.k8s.jobstatus import (
     condition_patch,
     has_conditions,
 )
+from queuemgr.k8s.patch import guard
 from tests.integration.k8s.crds import install_job_crds
 from tests.integration.k8s.webhook_fixture import wait_until_called, webhook  # noqa: F401
 from tests.unit.k8s.helpers import apply_patch, manifest
@@ -192,6 +195,45 @@ def test_a_running_jobs_template_cannot_change_in_the_request_that_suspends_it(
     assert refused.value.status == 422
     assert "spec.template" in json.loads(refused.value.body)["message"]
     assert not job_for(resource.get(name="pretrain", namespace=namespace).to_dict()).is_suspended()
+
+
+@pytest.mark.usefixtures("webhook")
+def test_a_patch_built_on_a_stale_copy_is_told_apart_from_a_refused_one(
+    k8s_client: client.ApiClient,
+    namespace: str,
+) -> None:
+    """Another writer got there first: the guard's ``test`` fails with the API server's
+    bare 422, which the backend retries quietly (``StaleObject``); a change the server
+    refuses is a 422 that names the field, and stays an error worth a warning."""
+    batch = client.BatchV1Api(k8s_client)  # the typed client, as the backend's
+    wait_until_called(batch, namespace)
+    obj = _sample("job-gpu", namespace)
+    _resource(k8s_client, obj).create(body=obj, namespace=namespace)
+
+    def read() -> dict[str, Any]:
+        got = k8s_client.sanitize_for_serialization(
+            batch.read_namespaced_job("pretrain", namespace)
+        )
+        assert isinstance(got, dict)
+        return got
+
+    def patch(ops: list[dict[str, Any]]) -> None:
+        batch.patch_namespaced_job("pretrain", namespace, ops, _content_type=JSON_PATCH)
+
+    created = read()
+    version = created["metadata"]["resourceVersion"]
+    patch([{"op": "add", "path": "/metadata/labels/other-writer", "value": "was-here"}])
+    start = guard(("metadata", "resourceVersion"), version) + job_for(created).run_with(PLACEMENT)
+    with pytest.raises(ApiException) as lost:
+        patch(start.as_json())
+    assert isinstance(api_error("start", "ns/pretrain", lost.value), StaleObject)
+
+    fresh = guard(("metadata", "resourceVersion"), read()["metadata"]["resourceVersion"])
+    with pytest.raises(ApiException) as invalid:
+        patch([*fresh.as_json(), {"op": "replace", "path": "/spec/parallelism", "value": -1}])
+    error = api_error("start", "ns/pretrain", invalid.value)
+    assert not isinstance(error, StaleObject)
+    assert "parallelism" in str(error)
 
 
 @pytest.mark.usefixtures("webhook")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime
 
 import pytest
 
 from queuemgr.controller.applier import Applier
+from queuemgr.controller.ports import StaleObject
 from queuemgr.controller.testing import FakeBackend, FakeClock
 from queuemgr.core.model import AdmittedWorkload, WorkloadId
 from queuemgr.metrics import SchedulerMetrics
@@ -79,4 +81,38 @@ def test_a_replica_that_no_longer_leads_gives_up_a_failing_start() -> None:
     applier.start_all(TOKEN, [_admitted("a", clock.now())])
     assert backend.running() == set()
     assert _start_latencies(metrics) == 0
+    applier.shutdown()
+
+
+class _Racing(FakeBackend):
+    """Each of its first ``stale`` starts loses a race with another writer."""
+
+    def __init__(self, stale: int) -> None:
+        super().__init__()
+        self.stale = stale
+
+    def start(self, admitted: AdmittedWorkload) -> None:
+        if self.stale:
+            self.stale -= 1
+            raise StaleObject(f"start {admitted.workload.id}: the object changed meanwhile")
+        super().start(admitted)
+
+
+@pytest.mark.parametrize(
+    ("stale", "warnings"),
+    [pytest.param(2, 0, id="a-lost-race-is-routine"), pytest.param(4, 1, id="one-that-repeats")],
+)
+def test_a_start_built_on_a_stale_copy_is_retried_quietly_unless_it_repeats(
+    caplog: pytest.LogCaptureFixture, stale: int, warnings: int
+) -> None:
+    backend = _Racing(stale)
+    clock, metrics = FakeClock(), SchedulerMetrics()
+    applier = _applier(backend, clock, metrics, TOKEN)
+    a = _admitted("a", clock.now())
+    with caplog.at_level(logging.INFO, logger="queuemgr.controller.applier"):
+        applier.start_all(TOKEN, [a])
+    assert backend.running() == {a.workload.id}
+    levels = [r.levelno for r in caplog.records if "changed meanwhile" in r.getMessage()]
+    assert len(levels) == stale
+    assert levels.count(logging.WARNING) == warnings
     applier.shutdown()
