@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -83,6 +85,14 @@ def applied(cli: Invoke, queues_file: Path, engine: Engine) -> Path:
 def no_traceback(result: Result) -> None:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def flavor_doc(cli: Invoke, name: str) -> dict[str, Any]:
+    """``flavor describe NAME -o json``, which must succeed."""
+    shown = cli("flavor", "describe", name, "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    doc: dict[str, Any] = json.loads(shown.stdout)
+    return doc
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.integration.cli.conftest import QUEUES, Invoke, no_traceback
+from tests.integration.cli.conftest import QUEUES, Invoke, flavor_doc, no_traceback
 
 pytestmark = pytest.mark.integration
 
@@ -17,13 +16,6 @@ TEMPLATE = {
     "max_nodes": 4,
     "node": {"allocatable": {"nvidia.com/gpu": 8, "cpu": 96_000}, "labels": {"zone": "a"}},
 }
-
-
-def _flavor(cli: Invoke, name: str) -> dict[str, Any]:
-    shown = cli("flavor", "describe", name, "-o", "json")
-    assert shown.exit_code == 0, shown.output
-    doc: dict[str, Any] = json.loads(shown.stdout)
-    return doc
 
 
 def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
@@ -39,20 +31,20 @@ def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
         "zone=a",
     )
     assert r.exit_code == 0, r.output
-    assert _flavor(cli, "spot")["autoscale"] == TEMPLATE
+    assert flavor_doc(cli, "spot")["autoscale"] == TEMPLATE
     described = cli("flavor", "describe", "spot").stdout
     assert "up to 4 nodes of cpu=96000,nvidia.com/gpu=8 (zone=a)" in described
 
     r = cli("flavor", "edit", "spot", "--autoscale", "6:nvidia.com/gpu=4")  # replaces it
     assert r.exit_code == 0 and "edited" in r.output, r.output
-    assert _flavor(cli, "spot")["autoscale"] == {
+    assert flavor_doc(cli, "spot")["autoscale"] == {
         "max_nodes": 6,
         "node": {"allocatable": {"nvidia.com/gpu": 4}, "labels": {}},
     }
     r = cli("flavor", "edit", "spot", "--autoscale", "6:nvidia.com/gpu=4")
     assert r.exit_code == 0 and "unchanged" in r.output, r.output
     assert cli("flavor", "edit", "spot", "--clear-autoscale").exit_code == 0
-    assert _flavor(cli, "spot")["autoscale"] is None
+    assert flavor_doc(cli, "spot")["autoscale"] is None
     assert "Autoscale:" in cli("flavor", "describe", "spot").stdout
 
     history = cli("audit", "--object", "flavor/spot", "-o", "json")
@@ -89,7 +81,7 @@ def test_bad_autoscale_exits_2_and_writes_nothing(
     assert r.exit_code == 2, r.output
     assert words in r.output, r.output
     no_traceback(r)
-    assert _flavor(cli, "h100")["autoscale"] is None
+    assert flavor_doc(cli, "h100")["autoscale"] is None
     assert cli("audit", "-o", "json").stdout == before
 
 
@@ -113,7 +105,7 @@ def test_apply_sets_autoscale_idempotently_and_refuses_a_bad_one(
         "a100",
         "update",
     )
-    assert _flavor(cli, "a100")["autoscale"] == TEMPLATE
+    assert flavor_doc(cli, "a100")["autoscale"] == TEMPLATE
     again = cli("apply", "-f", str(scaled), "-o", "json")
     assert json.loads(again.stdout)["changes"] == []  # idempotent
     for bad, worse, path in (
@@ -126,4 +118,4 @@ def test_apply_sets_autoscale_idempotently_and_refuses_a_bad_one(
         assert r.exit_code == 2, r.output
         assert path in r.output, r.output
         no_traceback(r)
-    assert _flavor(cli, "a100")["autoscale"] == TEMPLATE  # nothing written
+    assert flavor_doc(cli, "a100")["autoscale"] == TEMPLATE  # nothing written

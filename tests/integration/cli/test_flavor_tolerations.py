@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.integration.cli.conftest import QUEUES, Invoke, no_traceback
+from tests.integration.cli.conftest import QUEUES, Invoke, flavor_doc, no_traceback
 
 pytestmark = pytest.mark.integration
 
 SPOT = {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 GPU_EXISTS = {"key": "nvidia.com/gpu", "operator": "Exists", "value": "", "effect": None}
-
-
-def _flavor(cli: Invoke, name: str) -> dict[str, Any]:
-    shown = cli("flavor", "describe", name, "-o", "json")
-    assert shown.exit_code == 0, shown.output
-    doc: dict[str, Any] = json.loads(shown.stdout)
-    return doc
 
 
 def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
@@ -39,7 +31,7 @@ def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
         "nvidia.com/gpu",
     )
     assert r.exit_code == 0, r.output
-    assert _flavor(cli, "spot")["tolerations"] == [SPOT, GPU_EXISTS]
+    assert flavor_doc(cli, "spot")["tolerations"] == [SPOT, GPU_EXISTS]
     described = cli("flavor", "describe", "spot").stdout
     assert "Tolerations:" in described
     assert "spot=true:NoSchedule,nvidia.com/gpu" in described
@@ -48,14 +40,14 @@ def test_create_edit_describe_clear_and_audit(cli: Invoke) -> None:
 
     r = cli("flavor", "edit", "spot", "--toleration", ":NoExecute")  # replaces them all
     assert r.exit_code == 0 and "edited" in r.output, r.output
-    assert _flavor(cli, "spot")["tolerations"] == [
+    assert flavor_doc(cli, "spot")["tolerations"] == [
         {"key": "", "operator": "Exists", "value": "", "effect": "NoExecute"}
     ]
-    assert _flavor(cli, "spot")["taints"] != []  # edit changes only what it names
+    assert flavor_doc(cli, "spot")["taints"] != []  # edit changes only what it names
     r = cli("flavor", "edit", "spot", "--toleration", ":NoExecute")
     assert r.exit_code == 0 and "unchanged" in r.output, r.output
     assert cli("flavor", "edit", "spot", "--clear-tolerations").exit_code == 0
-    assert _flavor(cli, "spot")["tolerations"] == []
+    assert flavor_doc(cli, "spot")["tolerations"] == []
     assert "Tolerations:   -" in cli("flavor", "describe", "spot").stdout
 
     history = cli("audit", "--object", "flavor/spot", "-o", "json")
@@ -89,7 +81,7 @@ def test_bad_tolerations_exit_2_and_write_nothing(
     assert r.exit_code == 2, r.output
     assert words in r.output, r.output
     no_traceback(r)
-    assert _flavor(cli, "h100")["tolerations"] == []
+    assert flavor_doc(cli, "h100")["tolerations"] == []
     assert cli("audit", "-o", "json").stdout == before
 
 
@@ -113,7 +105,7 @@ def test_apply_sets_tolerations_idempotently_and_refuses_bad_ones(
         "a100",
         "update",
     )
-    assert _flavor(cli, "a100")["tolerations"] == [SPOT, GPU_EXISTS]
+    assert flavor_doc(cli, "a100")["tolerations"] == [SPOT, GPU_EXISTS]
     again = cli("apply", "-f", str(tolerant), "-o", "json")
     assert json.loads(again.stdout)["changes"] == []  # idempotent
     for bad, path in (
@@ -130,4 +122,4 @@ def test_apply_sets_tolerations_idempotently_and_refuses_bad_ones(
         assert r.exit_code == 2, r.output
         assert "flavors[1].tolerations[" in r.output, r.output
         no_traceback(r)
-    assert _flavor(cli, "a100")["tolerations"] == [SPOT, GPU_EXISTS]  # nothing written
+    assert flavor_doc(cli, "a100")["tolerations"] == [SPOT, GPU_EXISTS]  # nothing written
