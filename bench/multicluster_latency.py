@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from k8s_latency import job, percentile
 from kubernetes import client
 
 from queuemgr.controller.kube_section import KubernetesSettings, WorkerClusterSettings
@@ -44,7 +45,6 @@ from queuemgr.core.model import (
 )
 from queuemgr.core.resources import ResourceName
 from queuemgr.k8s.jobframework import PLACEMENT_ANNOTATION
-from queuemgr.k8s.jobs import QUEUE_LABEL
 from queuemgr.k8s.placement import recorded_admission
 from queuemgr.k8s.reflector import Change, Reflector
 from queuemgr.k8s.remote import COPY_LABEL
@@ -60,28 +60,6 @@ from tests.controlplane.harness import add_gpu_node, start_control_plane
 GPU = ResourceName("nvidia.com/gpu")
 NS = "bench"
 WORKERS = ("east", "west")
-
-
-def job(name: str) -> dict[str, Any]:
-    container = {
-        "name": "c",
-        "image": "registry.invalid/c:1",
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: "default"}},
-        "spec": {
-            "suspend": True,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
-        },
-    }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run(args: argparse.Namespace) -> None:
