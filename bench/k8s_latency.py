@@ -20,6 +20,7 @@ event that shows ``spec.suspend: false`` (both clocks are this process's).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -85,6 +86,20 @@ def job(name: str) -> dict[str, Any]:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def checked(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parsed options, or exit 2 naming the first that is out of range."""
+    args = parser.parse_args()
+    if not 1 <= args.jobs <= 100_000:
+        parser.error(f"--jobs: expected 1 to 100000, got {args.jobs}")
+    if not 1 <= args.burst <= 100_000:
+        parser.error(f"--burst: expected 1 to 100000, got {args.burst}")
+    for name in ("rate", "qps", "status_qps", "timeout"):
+        value = getattr(args, name, 1.0)
+        if not (math.isfinite(value) and 0 < value <= 1e6):
+            parser.error(f"--{name.replace('_', '-')}: expected a number above 0, got {value}")
+    return args
 
 
 PATCHES: list[float] = []  # seconds each of the controller's job patches took
@@ -232,7 +247,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--status-qps", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=300.0)
-    run(parser.parse_args())
+    run(checked(parser))
 
 
 if __name__ == "__main__":

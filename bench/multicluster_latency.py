@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from k8s_latency import job, percentile
+from k8s_latency import checked, job, percentile
 from kubernetes import client
 
 from queuemgr.controller.kube_section import KubernetesSettings, WorkerClusterSettings
@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=50.0, help="the manager's client QPS")
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=300.0)
-    run(parser.parse_args())
+    run(checked(parser))
 
 
 if __name__ == "__main__":
