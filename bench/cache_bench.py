@@ -50,8 +50,10 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=300, help="events per snapshot (300)")
     parser.add_argument("--repeat", type=int, default=7, help="runs (7)")
     args = parser.parse_args()
-    if min(args.nodes, args.queues, args.every, args.repeat) < 1:
-        parser.error("--nodes, --queues, --every and --repeat must be at least 1")
+    for name, most in (("nodes", 100_000), ("queues", 10_000), ("every", 10**6), ("repeat", 100)):
+        value = getattr(args, name)
+        if not 1 <= value <= most:
+            parser.error(f"--{name}: expected 1 to {most}, got {value}")
     snap = make_snapshot(pending=0, queues=args.queues, nodes=args.nodes)
     admitted = list(snap.admitted.values())
     runs = [one_run(snap.config, admitted, args.every) for _ in range(args.repeat)]
