@@ -73,17 +73,6 @@ def _tolerations(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _template_released(job: dict[str, Any]) -> bool:
-    """Whether the API server lets this suspended Job's scheduling directives change: no
-    active pods, and not started or marked suspended by the job controller."""
-    status = job.get("status") or {}
-    marked = any(
-        c.get("type") == "Suspended" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-    return not status.get("active") and (status.get("startTime") is None or marked)
-
-
 def _sample(name: str, namespace: str) -> dict[str, Any]:
     """A sample manifest sized for the test's queue (8-GPU nodes) in ``namespace``."""
     obj = manifest(name)
@@ -160,7 +149,7 @@ def test_suspended_at_creation_run_and_suspended_again(
     if name == "job-gpu":  # the template waits for the job controller to suspend the Job
         assert _tolerations(stopped) == _tolerations(running)
         deadline = time.monotonic() + 60
-        while not _template_released(stopped := read()):
+        while not job_for(stopped := read()).template_released():
             assert time.monotonic() < deadline, stopped.get("status")
             time.sleep(0.2)
         stopped = apply(job_for(stopped).suspend().as_json())
