@@ -243,14 +243,10 @@ class GenericJob:
             return True
         if not self.is_suspended():
             return False
-        status = self.obj.get("status")
-        status = status if isinstance(status, Mapping) else {}
-        conditions = status.get("conditions")
-        marked = isinstance(conditions, list) and any(
-            isinstance(c, Mapping) and c.get("type") == "Suspended" and c.get("status") == "True"
-            for c in conditions
-        )
-        return not status.get("active") and (status.get("startTime") is None or marked)
+        status = m.mapping(self.obj, "status", "")
+        if status.get("active"):
+            return False
+        return status.get("startTime") is None or self._true_condition("Suspended") is not None
 
     def leftover_restore(self) -> Patch:
         """What a suspended job still has to put back: the recorded tolerations that a
@@ -296,18 +292,25 @@ class GenericJob:
         return patch + set_value(self.obj, self.SUSPEND, False)
 
     def finished(self) -> Finished | None:
+        found = self._true_condition(self.SUCCEEDED, self.FAILED)
+        if found is None:
+            return None
+        cond, path = found
+        return Finished(
+            succeeded=m.string(cond, "type", path) == self.SUCCEEDED,
+            reason=m.string(cond, "reason", path),
+            message=m.string(cond, "message", path),
+        )
+
+    def _true_condition(self, *kinds: str) -> tuple[Mapping[str, Any], str] | None:
+        """The first status condition of one of ``kinds`` that is True, with its path."""
         status = m.mapping(self.obj, "status", "")
         for i, cond in enumerate(m.sequence(status, "conditions", "status")):
             path = f"status.conditions[{i}]"
             if not isinstance(cond, Mapping):
                 raise ManifestError(path, cond, "expected an object, got")
-            kind = m.string(cond, "type", path)
-            if kind in (self.SUCCEEDED, self.FAILED) and m.string(cond, "status", path) == "True":
-                return Finished(
-                    succeeded=kind == self.SUCCEEDED,
-                    reason=m.string(cond, "reason", path),
-                    message=m.string(cond, "message", path),
-                )
+            if m.string(cond, "type", path) in kinds and m.string(cond, "status", path) == "True":
+                return cond, path
         return None
 
     def workload(
