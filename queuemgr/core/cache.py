@@ -23,7 +23,7 @@ from queuemgr.core.model import (
     Workload,
     WorkloadId,
 )
-from queuemgr.core.node_topology import FreeIndex, NodeClass, build_free_index, reindex
+from queuemgr.core.node_topology import FreeIndex, build_free_index, reindex
 from queuemgr.core.policy import SchedulerPolicy
 from queuemgr.core.queues import QueueBook
 from queuemgr.core.resources import ResourceName, Resources
@@ -52,9 +52,9 @@ class Cache:
         }
         self._index = build_free_index(config.node_topology, self._free)
         # Nodes whose free capacity changed since the index was last brought up to date,
-        # with their class and the free the index still files them under: the index is
-        # regrouped once per snapshot, not once per placement.
-        self._moved: dict[NodeName, tuple[NodeClass, Resources, Resources]] = {}
+        # with the free the index still files them under: the index is regrouped once
+        # per snapshot, not once per placement.
+        self._filed: dict[NodeName, Resources] = {}
         # Copies handed to snapshots, reused until the admitted set changes.
         self._frozen: tuple[MutableUsage, dict[NodeName, Resources], _Admitted, FreeIndex] | None
         self._frozen = None
@@ -137,10 +137,8 @@ class Cache:
             for r, v in per_pod[p.pod_set].items():
                 new[r] = new.get(r, 0) - sign * v * p.count
             self._free[p.node] = new
-            cls = class_of.get(p.node)
-            if cls is not None:
-                was = self._moved.get(p.node)
-                self._moved[p.node] = (cls, old if was is None else was[1], new)
+            if p.node in class_of:
+                self._filed.setdefault(p.node, old)
 
     # -- reading ----------------------------------------------------------
     def pending(self) -> Iterable[Workload]:
@@ -160,9 +158,11 @@ class Cache:
         }
         unroutable = self._queues.get(None)
         if self._frozen is None:
-            if self._moved:
-                reindex(self._index, self._moved)
-                self._moved = {}
+            if self._filed:
+                class_of = self._config.node_topology.class_of
+                moved = {n: (class_of[n], old, self._free[n]) for n, old in self._filed.items()}
+                reindex(self._index, moved)
+                self._filed = {}
             self._frozen = (
                 dict(self._usage),
                 dict(self._free),
