@@ -22,6 +22,7 @@ import click
 
 from queuemgr.cli.errors import BadInput
 from queuemgr.core.resources import ResourceName, parse_quantity, parse_resource_name
+from queuemgr.core.values import shown
 from queuemgr.store.database import resolve_url
 from queuemgr.store.handle import Database
 
@@ -63,7 +64,7 @@ def quantities(items: tuple[str, ...], arg: str) -> dict[ResourceName, int]:
     """``resource=quantity`` pairs in canonical units; errors name ``arg`` and the resource."""
     out: dict[ResourceName, int] = {}
     for key, value in key_values(items, arg).items():
-        field = f"{arg} {key}"
+        field = f"{arg} {key if len(key) <= 253 else shown(key)}"  # a resource name is <= 253
         name = parse_resource_name(key, field=field)
         out[name] = parse_quantity(value, resource=name, field=field)
     return out

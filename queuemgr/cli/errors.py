@@ -24,6 +24,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from queuemgr.core.resources import QuantityError
+from queuemgr.core.values import shown
 from queuemgr.spec.checks import InputError
 from queuemgr.store.admin import ObjectInUse
 from queuemgr.store.database import DatabaseError
@@ -57,11 +58,17 @@ def nearest(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, sorted(set(candidates)), n=n, cutoff=0.5)
 
 
+# No stored name is longer (a Kubernetes name, plus a re-created job's "~id"): a longer
+# one is compared with nothing, so a hostile name costs no fuzzy search.
+_LONGEST_NAME = 300
+
+
 def not_found(kind: str, name: str, candidates: Iterable[str]) -> CliError:
-    """``kind 'name' not found``, plus "did you mean" when something is close."""
-    close = nearest(name, candidates)
+    """``kind 'name' not found``, plus "did you mean" when something is close; the name
+    is shown bounded."""
+    close = nearest(name, candidates) if len(name) <= _LONGEST_NAME else []
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return CliError(f"{kind} {name!r} not found{hint}")
+    return CliError(f"{kind} {shown(name)} not found{hint}")
 
 
 def fail(message: str, code: int = EXIT_FAILURE) -> NoReturn:

@@ -87,6 +87,7 @@ def test_hostile_input_is_data_or_a_clear_error(
         assert r.exit_code in (0, 1, 2), (kind, r.output[:500])
         if r.exit_code:
             assert r.output.startswith(("error", "Usage", "Error")), (kind, r.output[:300])
+            assert len(r.output) < 2_000, (kind, r.output[:300])  # the value shown bounded
         after = _tables(engine)
         assert after.keys() == before.keys(), kind  # nothing dropped
         if r.exit_code != 0:  # a refused or failed command wrote nothing at all
