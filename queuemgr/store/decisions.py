@@ -201,10 +201,10 @@ def _admit(
         },
     ).all()
     row_ids: dict[str, int] = {}
-    for r in rows:
-        wid = WorkloadId(f"{r.namespace}/{r.name}")
-        row_ids[wid] = r.id
-        versions[wid] = r.version
+    for rid, ns, name, version in rows:  # unpacked: a Row's columns by name cost more
+        wid = WorkloadId(f"{ns}/{name}")
+        row_ids[wid] = rid
+        versions[wid] = version
     missing = [w.id for w in ws if w.id not in row_ids]
     if missing or len(rows) != len(ws):
         raise StateConflict("admit", missing)

@@ -341,8 +341,8 @@ def finish_many(
         ).all()
         conn.execute(
             text("DELETE FROM placements WHERE workload_id = ANY(CAST(:ids AS bigint[]))"),
-            {"ids": literal([r.id for r in rows])},
+            {"ids": literal([rid for rid, _, _ in rows])},
         )
         if rows:
             notify(conn, "finished")
-    return [WorkloadId(f"{r.namespace}/{r.name}") for r in rows]
+    return [WorkloadId(f"{ns}/{name}") for _, ns, name in rows]
