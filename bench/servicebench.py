@@ -248,7 +248,9 @@ CREATE FUNCTION bench_log_admission() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO bench_admissions
     VALUES (NEW.id, NEW.namespace || '/' || NEW.name, clock_timestamp());
-    PERFORM pg_notify('bench_admitted', NEW.namespace || '/' || NEW.name);
+    IF current_setting('bench.notify', true) IS DISTINCT FROM 'off' THEN
+        PERFORM pg_notify('bench_admitted', NEW.namespace || '/' || NEW.name);
+    END IF;
     RETURN NULL;
 END $$;
 CREATE TRIGGER bench_log_admission AFTER UPDATE OF state ON workloads
@@ -260,14 +262,19 @@ EXECUTE FUNCTION bench_log_admission();
 # loop), which made a cycle of n admissions cost n^2 in the instrument alone.
 
 
-def install_admission_log(engine: Engine) -> None:
+def install_admission_log(engine: Engine, *, notify: bool = True) -> None:
     """Log every admission with the database's clock and NOTIFY ``bench_admitted``.
 
     The notification is delivered when the admission commits, so a listener
-    sees the commit, not the UPDATE.
+    sees the commit, not the UPDATE. Without ``notify`` only the log is written:
+    every notification passes through the queue that the service's own LISTEN
+    connection reads, so a script that does not listen should not pay for it.
     """
     with engine.begin() as conn:
         conn.exec_driver_sql(_ADMISSION_LOG)
+        if not notify:
+            database = conn.exec_driver_sql("SELECT current_database()").scalar_one()
+            conn.exec_driver_sql(f'ALTER DATABASE "{database}" SET bench.notify = off')
 
 
 # -- the service in this process -------------------------------------------------------
