@@ -110,9 +110,8 @@ def read_live(
         rows = conn.execute(_LIVE_BY_ID, {"ids": literal(ids)}).all()
     else:
         return []
-    # Rows are unpacked as tuples: reading a Row's columns by name costs about 0.3 µs
+    # Rows are unpacked by position: reading a Row's columns by name costs about 0.3 µs
     # each, and this loop reads every column of thousands of rows a second.
-    rows = [tuple(r) for r in rows]
     unknown = [r[0] for r in rows if r[0] not in known]
     pod_sets = read_pod_sets(conn, unknown) if unknown else {}
     admitted_ids = [r[0] for r in rows if r[8] == "Admitted"]
