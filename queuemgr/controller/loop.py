@@ -258,7 +258,7 @@ class SchedulerLoop:
             # Fenced like every write of a leader: one that lost its lock while paused
             # would otherwise finish a workload its successor has admitted again.
             fence(conn, token)
-            done = finish_many(conn, self._unreported, now=now)
+            done = finish_many(conn, self._unreported, now=now, ids=self._mirror.row_ids())
         # A set: a busy cycle reports thousands of ends, and a list made this n^2.
         finished = set(done)
         for end in self._unreported:

@@ -31,18 +31,30 @@ from queuemgr.store.workloads import StateConflict, atomic
 
 # One statement per kind of write, whatever the number of workloads: arrays
 # unnested into a join. The state condition is what makes admission safe.
-_ADMIT = text("""
+# By row id when the caller knows them (a primary-key lookup per row); by name
+# the planner may hash every queued row instead, a cost that grows with the backlog.
+_ADMIT = """
 UPDATE workloads AS w
 SET state = 'Admitted', reason = 'Admitted', message = '', state_since = :now,
     admitted_at = :now, cluster_queue = d.cq, flavor = d.flavor, borrowing = d.borrowing,
     claim = NULL, requeue_at = NULL, version = w.version + 1
-FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:cqs AS text[]),
-            CAST(:flavors AS text[]), CAST(:borrowing AS boolean[]))
-     AS d(ns, name, cq, flavor, borrowing)
-WHERE w.namespace = d.ns AND w.name = d.name
+FROM unnest({key}, CAST(:cqs AS text[]), CAST(:flavors AS text[]),
+            CAST(:borrowing AS boolean[]))
+     AS d({key_names}, cq, flavor, borrowing)
+WHERE {match}
   AND w.state = ANY(CAST(:sources AS workload_state[]))
 RETURNING w.id, w.namespace, w.name, w.version
-""")
+"""
+_ADMIT_BY_NAME = text(
+    _ADMIT.format(
+        key="CAST(:ns AS text[]), CAST(:names AS text[])",
+        key_names="ns, name",
+        match="w.namespace = d.ns AND w.name = d.name",
+    )
+)
+_ADMIT_BY_ID = text(
+    _ADMIT.format(key="CAST(:ids AS bigint[])", key_names="id", match="w.id = d.id")
+)
 # The states an admission leaves, checked against core.lifecycle as every move's are.
 _QUEUED = legal_sources(WorkloadState.ADMITTED, (WorkloadState.PENDING, WorkloadState.INADMISSIBLE))
 
@@ -122,8 +134,9 @@ def persist_decisions(
 
     ``previous`` (``StoredState.statuses``) limits the status writes to the
     workloads whose state, reason or message changed; without it all are written.
-    ``ids`` (workload -> row id, when the caller knows them) lets the status
-    writes find their rows by primary key and send integers instead of names.
+    ``ids`` (workload -> row id, when the caller knows them) lets the admissions
+    and status writes find their rows by primary key and send integers instead
+    of names.
     ``verdicts`` (when the caller resolved them already, ``PendingStatuses.by_queue``)
     limits the status writes to those workloads, whose verdict may have changed: the
     caller vouches that every other pending one is as ``previous`` holds it.
@@ -131,7 +144,7 @@ def persist_decisions(
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
-        admitted = _admit(conn, decisions.admitted, at, versions)
+        admitted = _admit(conn, decisions.admitted, at, versions, ids)
         statuses = _write_statuses(conn, decisions, at, previous, versions, ids, verdicts)
         # Last, so that ``versions`` holds each row's final version.
         claims = _write_claims(conn, decisions, versions)
@@ -183,23 +196,26 @@ def _admit(
     admissions: tuple[AdmittedWorkload, ...],
     at: object,
     versions: dict[WorkloadId, int],
+    ids: Mapping[WorkloadId, int] | None,
 ) -> int:
     if not admissions:
         return 0
     adm: list[Admission] = [a.admission for a in admissions]
     ws = [a.workload for a in admissions]
-    rows = conn.execute(
-        _ADMIT,
-        {
-            "now": at,
-            "ns": literal([w.namespace for w in ws]),
-            "names": literal([w.name for w in ws]),
-            "cqs": literal([str(a.cluster_queue) for a in adm]),
-            "flavors": literal([str(a.flavor) for a in adm]),
-            "borrowing": literal([a.borrowing for a in adm]),
-            "sources": _QUEUED,
-        },
-    ).all()
+    params: dict[str, object] = {
+        "now": at,
+        "cqs": literal([str(a.cluster_queue) for a in adm]),
+        "flavors": literal([str(a.flavor) for a in adm]),
+        "borrowing": literal([a.borrowing for a in adm]),
+        "sources": _QUEUED,
+    }
+    if ids is not None and all(w.id in ids for w in ws):
+        params["ids"] = literal([ids[w.id] for w in ws])
+        rows = conn.execute(_ADMIT_BY_ID, params).all()
+    else:
+        params["ns"] = literal([w.namespace for w in ws])
+        params["names"] = literal([w.name for w in ws])
+        rows = conn.execute(_ADMIT_BY_NAME, params).all()
     row_ids: dict[str, int] = {}
     for rid, ns, name, version in rows:  # unpacked: a Row's columns by name cost more
         wid = WorkloadId(f"{ns}/{name}")

@@ -26,7 +26,7 @@ only if the move commits.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
@@ -290,18 +290,29 @@ def backoff_message(evictions: int, until: float, delay: float) -> str:
 # A run's end finishes the admission it names, Admitted or being evicted (a gang
 # that completed while its stop was on the way did complete), never a requeued or
 # later run. The match allows the rounding of a timestamp to microseconds.
-_FINISH_MANY = text("""
+_FINISH_MANY = """
 UPDATE workloads AS w
 SET state = 'Finished', reason = :reason, message = :message, state_since = :now,
     finished_at = :now, claim = NULL, version = w.version + 1
-FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:admitted AS float8[]))
-    AS d(ns, name, admitted)
-WHERE w.namespace = d.ns AND w.name = d.name
+FROM unnest({key}, CAST(:admitted AS float8[])) AS d({key_names}, admitted)
+WHERE {match}
   AND w.state = ANY(CAST(:sources AS workload_state[]))
   AND (d.admitted IS NULL
        OR abs(extract(epoch FROM w.admitted_at) - d.admitted) < :same)
 RETURNING w.id, w.namespace, w.name
-""")
+"""
+# By row id when the caller knows them: a primary-key lookup per run, where by name
+# the planner may hash every admitted row.
+_FINISH_BY_NAME = text(
+    _FINISH_MANY.format(
+        key="CAST(:ns AS text[]), CAST(:names AS text[])",
+        key_names="ns, name",
+        match="w.namespace = d.ns AND w.name = d.name",
+    )
+)
+_FINISH_BY_ID = text(
+    _FINISH_MANY.format(key="CAST(:ids AS bigint[])", key_names="id", match="w.id = d.id")
+)
 
 
 # A run's end finishes a workload Admitted, or being evicted (its stop was on the way).
@@ -315,30 +326,35 @@ def finish_many(
     now: float,
     reason: str = "Succeeded",
     message: str = "",
+    ids: Mapping[WorkloadId, int] | None = None,
 ) -> list[WorkloadId]:
     """Finish the runs that ``ends`` report, in two statements; returns those it finished.
 
     A run that is no longer the workload's current one (finished, requeued,
     admitted again, or missing) is skipped, not an error: the caller learns
-    which ones moved from the result.
+    which ones moved from the result. ``ids`` (workload -> row id, when the
+    caller knows every one) finds the rows by primary key.
     """
     if not ends:
         return []
-    names = [e.workload.partition("/") for e in ends]
+    params: dict[str, object] = {
+        "reason": reason,
+        "message": message,
+        "now": codec.timestamp(now),
+        "admitted": literal([e.admitted_at for e in ends]),
+        "same": SAME_ADMISSION_S,
+        "sources": _RUNNING,
+    }
+    if ids is not None and all(e.workload in ids for e in ends):
+        params["ids"] = literal([ids[e.workload] for e in ends])
+        statement = _FINISH_BY_ID
+    else:
+        names = [e.workload.partition("/") for e in ends]
+        params["ns"] = literal([ns for ns, _, _ in names])
+        params["names"] = literal([name for _, _, name in names])
+        statement = _FINISH_BY_NAME
     with atomic(conn):
-        rows = conn.execute(
-            _FINISH_MANY,
-            {
-                "reason": reason,
-                "message": message,
-                "now": codec.timestamp(now),
-                "ns": literal([ns for ns, _, _ in names]),
-                "names": literal([name for _, _, name in names]),
-                "admitted": literal([e.admitted_at for e in ends]),
-                "same": SAME_ADMISSION_S,
-                "sources": _RUNNING,
-            },
-        ).all()
+        rows = conn.execute(statement, params).all()
         conn.execute(
             text("DELETE FROM placements WHERE workload_id = ANY(CAST(:ids AS bigint[]))"),
             {"ids": literal([rid for rid, _, _ in rows])},

@@ -105,7 +105,14 @@ def test_duplicate_workload_is_refused(engine: Engine) -> None:
         submit_workload(conn, gang("a"))
 
 
-def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> None:
+def _row_ids(engine: Engine) -> dict[WorkloadId, int]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, namespace, name FROM workloads")).all()
+    return {WorkloadId(f"{ns}/{name}"): i for i, ns, name in rows}
+
+
+@pytest.mark.parametrize("by_id", [False, True], ids=["by-name", "by-row-id"])
+def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine, by_id: bool) -> None:
     seed_config(engine)
     with engine.begin() as conn:
         for name, pods in (("fits", 2), ("waits", 2)):
@@ -113,8 +120,11 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
     before = load_state(Database(engine))
     decisions = schedule(before.snapshot(), NOW)
     assert [a.workload.name for a in decisions.admitted] == ["fits"]
+    ids = _row_ids(engine) if by_id else None
     with engine.connect() as conn:
-        done = store_decisions.persist_decisions(conn, decisions, now=NOW, previous=before.statuses)
+        done = store_decisions.persist_decisions(
+            conn, decisions, now=NOW, previous=before.statuses, ids=ids
+        )
         conn.commit()
     assert done.admitted == 1 and done.statuses_written == 1
     after = load_state(Database(engine))
@@ -127,6 +137,24 @@ def test_a_cycle_persists_and_reloads_as_the_same_admissions(engine: Engine) -> 
             conn, again, now=NOW + 1, previous=after.statuses
         ) == (store_decisions.Persisted(admitted=0, statuses_written=0))
     assert _states(engine)["waits"][0] == "Pending"
+
+
+@pytest.mark.parametrize("by_id", [False, True], ids=["by-name", "by-row-id"])
+def test_an_admission_of_a_workload_that_left_the_queue_conflicts(
+    engine: Engine, by_id: bool
+) -> None:
+    seed_config(engine)
+    with engine.begin() as conn:
+        submit_workload(conn, gang("a"))
+    state = load_state(Database(engine))
+    decisions = schedule(state.snapshot(), NOW)
+    assert [a.workload.name for a in decisions.admitted] == ["a"]
+    ids = _row_ids(engine) if by_id else None
+    with engine.begin() as conn:  # cancelled after the snapshot, before the commit
+        finish_workload(conn, WorkloadId("team-a/a"), now=NOW, reason="Cancelled")
+    with pytest.raises(store.StateConflict, match="team-a/a"), engine.connect() as conn:
+        store_decisions.persist_decisions(conn, decisions, now=NOW, ids=ids)
+    assert _states(engine)["a"][0] == "Finished" and _placements(engine) == 0
 
 
 def test_inadmissible_is_stored_as_such(engine: Engine) -> None:
