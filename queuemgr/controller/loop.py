@@ -203,7 +203,9 @@ class SchedulerLoop:
         ):
             self._metrics.observe_eta_error(predicted, actual)
         phases.done("observe")
-        if self._heap is not None and self._heap.after_cycle(self._mirror.rows_read, now):
+        if self._heap is not None and self._heap.after_cycle(
+            self._mirror.rows_read, now, self._mirror.live
+        ):
             phases.done("heap")
         self._metrics.observe_phases(phases.wall)
         if finished or victims:

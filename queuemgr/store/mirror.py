@@ -107,6 +107,11 @@ class StateMirror:
         self._now = 0.0  # the last refresh's
         self.rows_read = 0  # full rows the last refresh read
 
+    @property
+    def live(self) -> int:
+        """How many live rows the mirror holds."""
+        return len(self._rows)
+
     def row_ids(self) -> Mapping[WorkloadId, int]:
         """Each live workload's row id (a read-only view, valid until the next change)."""
         return MappingProxyType(self._ids)

@@ -18,17 +18,22 @@ def keeper() -> Iterator[HeapKeeper]:
 
 
 @pytest.mark.parametrize(
-    ("rows", "later", "due"),
+    ("rows", "live", "later", "due"),
     [
-        pytest.param(0, 1.0, False, id="a-quiet-cycle-soon-after"),
-        pytest.param(MANY_ROWS, 1.0, True, id="a-cycle-that-read-many-rows"),
-        pytest.param(0, REFREEZE_S, True, id="refrozen-once-the-interval-is-over"),
+        pytest.param(0, 0, 1.0, False, id="a-quiet-cycle-soon-after"),
+        pytest.param(MANY_ROWS, MANY_ROWS, 1.0, True, id="a-cycle-that-read-every-row"),
+        pytest.param(MANY_ROWS, 2 * MANY_ROWS, 1.0, True, id="a-cycle-that-read-half-the-rows"),
+        pytest.param(MANY_ROWS, 3 * MANY_ROWS, 1.0, False, id="a-busy-stream-read-many-new-rows"),
+        pytest.param(MANY_ROWS - 1, MANY_ROWS - 1, 1.0, False, id="a-small-reload"),
+        pytest.param(0, 0, REFREEZE_S, True, id="refrozen-once-the-interval-is-over"),
     ],
 )
-def test_freezes_when_due(keeper: HeapKeeper, rows: int, later: float, due: bool) -> None:
+def test_freezes_when_due(
+    keeper: HeapKeeper, rows: int, live: int, later: float, due: bool
+) -> None:
     assert keeper.after_cycle(0, 100.0)  # the first cycle always freezes
     assert gc.get_freeze_count() > 0
-    assert keeper.after_cycle(rows, 100.0 + later) is due
+    assert keeper.after_cycle(rows, 100.0 + later, live) is due
 
 
 def test_release_hands_everything_back(keeper: HeapKeeper) -> None:
