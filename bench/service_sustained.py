@@ -20,7 +20,9 @@ Figures, all read from the database after the run:
   the offer; one that falls behind reads what it can do);
 - the loop's CPU per admission (its thread's CPU summed over the cycles,
   over the admissions): the service's cost, steadier than the rates on a
-  shared machine;
+  shared machine; beside it the loop's, Postgres's and the submitter's CPU
+  seconds and how busy the machine was, from the stream's start to its last
+  admission;
 - submit → admit latency p50/p99: the admitting UPDATE's clock (a
   row-level trigger in the scratch database logs it) minus the moment
   the submitter stamped the workload, just before its batch's transaction;
@@ -55,7 +57,9 @@ from servicebench import (
     gpu_job,
     install_admission_log,
     load_average,
+    machine_busy,
     percentile,
+    postgres_cpu,
     scratch_database,
     server_description,
     start_service,
@@ -92,7 +96,7 @@ def paced_submitter(url: str, rate: int, seconds: float, seed: int, out: Any) ->
                 bulk_submit(conn, batch)
             sent = due
         time.sleep(max(0.0, start + (sent / rate) - time.monotonic() + TICK / 2))
-    out.put((total, time.monotonic() - start))
+    out.put((total, time.monotonic() - start, time.process_time()))
     engine.dispose()
 
 
@@ -117,11 +121,13 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
             ctx = mp.get_context("spawn")
             out = ctx.Queue()
             child = ctx.Process(target=paced_submitter, args=(url, rate, seconds, seed, out))
+            busy0, pg0 = machine_busy(), postgres_cpu()
             child.start()
-            total, took = out.get()
+            total, took, submitter_cpu = out.get()
             child.join()
             pending_at_end = total - log.admitted()
             wait_until(lambda: log.admitted() >= total, 600, "the stream's admissions", 0.01)
+            busy1, pg1 = machine_busy(), postgres_cpu()
             cycles = len(log.reports) - cycles0
             with log.lock:
                 phases = log.phases(cycles0)
@@ -142,6 +148,10 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
         "achieved": len(rows) / (last - first),
         "sustained": during / (window[1] - window[0]),
         "cpu_us": cpu / max(1, len(rows)) * 1e6,
+        "loop_cpu": cpu,
+        "pg_cpu": pg1 - pg0,
+        "submitter_cpu": submitter_cpu,
+        "busy": (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),
         "max": max(latencies),
@@ -182,6 +192,7 @@ def main() -> None:
             f"{'CPU us/adm':>11}{'p50 ms':>9}{'p99 ms':>9}"
             f"{'max ms':>9}{'behind':>8}{'cycles':>8}{'max/cyc':>8}"
             + "".join(f"{p + ' s':>11}" for p in PHASES)
+            + f"{'loop CPU s':>11}{'pg CPU s':>9}{'submit s':>9}{'busy %':>7}"
             + f"{'load avg':>17}"
         )
         for rate in args.rates:
@@ -198,6 +209,8 @@ def main() -> None:
                     f"{res['p99']:>9.1f}{res['max']:>9.1f}{res['pending_at_end']:>8}"
                     f"{res['cycles']:>8}{res['biggest']:>8}"
                     + "".join(f"{res['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
+                    + f"{res['loop_cpu']:>11.1f}{res['pg_cpu']:>9.1f}"
+                    + f"{res['submitter_cpu']:>9.1f}{100 * res['busy']:>7.0f}"
                     + f"{load_average():>17}"
                 )
             best, median = best_median([-x for x in achieved])

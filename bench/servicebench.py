@@ -19,6 +19,7 @@ What must stay true:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -41,6 +42,7 @@ from queuemgr.core.model import PodSet, Workload
 from queuemgr.service.app import Service
 from queuemgr.service.settings import ServiceConfig
 from queuemgr.store import codec, migrate
+from queuemgr.store.arrays import literal
 from queuemgr.store.database import create_engine, resolve_url
 
 GPU, CPU, MEMORY = "nvidia.com/gpu", "cpu", "memory"
@@ -153,7 +155,6 @@ def gpu_job(
     created_at: float,
     priority: int = 0,
 ) -> Workload:
-    requests = {GPU: gpus, CPU: 12_000 * gpus, MEMORY: 128 * GIB * gpus}
     return Workload(
         namespace=ns,
         name=name,
@@ -161,17 +162,26 @@ def gpu_job(
         priority=priority,
         created_at=created_at,
         max_runtime=runtime,  # the simulated backend runs a gang for its max_runtime
-        pod_sets=(PodSet(name="main", count=pods, requests=requests),),
+        pod_sets=(_gpu_pod_set(gpus, pods),),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _gpu_pod_set(gpus: int, pods: int) -> PodSet:
+    """One shared (immutable) pod set per size: a paced submitter makes thousands a second."""
+    requests = {GPU: gpus, CPU: 12_000 * gpus, MEMORY: 128 * GIB * gpus}
+    return PodSet(name="main", count=pods, requests=requests)
 
 
 # -- submitting in bulk ------------------------------------------------------------
 
 _INSERT_WORKLOADS = sa.text("""
 INSERT INTO workloads (namespace, name, local_queue, priority, created_at, max_runtime)
-SELECT * FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:queues AS text[]),
-                     CAST(:priorities AS int[]), CAST(:created AS timestamptz[]),
-                     CAST(:runtimes AS float8[]))
+SELECT d.ns, d.name, d.queue, d.priority, to_timestamp(d.created), d.runtime
+FROM unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:queues AS text[]),
+            CAST(:priorities AS int[]), CAST(:created AS float8[]),
+            CAST(:runtimes AS float8[]))
+     AS d(ns, name, queue, priority, created, runtime)
 RETURNING id, namespace, name
 """)
 _INSERT_POD_SETS = sa.text("""
@@ -188,53 +198,50 @@ FROM unnest(CAST(:ids AS bigint[]), CAST(:pos AS int[]), CAST(:names AS text[]),
 
 
 def bulk_submit(conn: sa.Connection, ws: Sequence[Workload], *, notify: bool = True) -> None:
-    """Insert ``ws`` as Pending with two statements, then NOTIFY as a submission does."""
+    """Insert ``ws`` as Pending with two statements, then NOTIFY as a submission does.
+
+    Columns go as array literals and each distinct pod set is encoded once: the
+    submitter shares the machine with the service it measures, so its own CPU
+    is kept small.
+    """
     if not ws:
         return
     rows = conn.execute(
         _INSERT_WORKLOADS,
         {
-            "ns": [w.namespace for w in ws],
-            "names": [w.name for w in ws],
-            "queues": [w.queue for w in ws],
-            "priorities": [w.priority for w in ws],
-            "created": [codec.timestamp(w.created_at) for w in ws],
-            "runtimes": [w.max_runtime for w in ws],
+            "ns": literal([w.namespace for w in ws]),
+            "names": literal([w.name for w in ws]),
+            "queues": literal([w.queue for w in ws]),
+            "priorities": literal([w.priority for w in ws]),
+            "created": literal([float(w.created_at) for w in ws]),
+            "runtimes": literal([w.max_runtime for w in ws]),
         },
     ).all()
-    ids = {f"{r.namespace}/{r.name}": r.id for r in rows}
-    cols: dict[str, list[object]] = {
-        k: []
-        for k in (
-            "ids",
-            "pos",
-            "names",
-            "counts",
-            "requests",
-            "selectors",
-            "tolerations",
-            "treq",
-            "tpref",
-            "min_counts",
-        )
-    }
+    ids = {f"{ns}/{name}": i for i, ns, name in rows}
+    names = ("ids", "pos", "names", "counts", "requests", "selectors", "tolerations")
+    more = ("treq", "tpref", "min_counts")
+    cols: dict[str, list[object]] = {k: [] for k in names + more}
+    encoded: dict[int, tuple[object, ...]] = {}  # id(pod set) -> its columns
     for w in ws:
         for i, ps in enumerate(w.pod_sets):
-            j = codec.pod_set(ps)
-            for key, value in (
-                ("ids", ids[w.id]),
-                ("pos", i),
-                ("names", ps.name),
-                ("counts", ps.count),
-                ("requests", json.dumps(j["requests"])),
-                ("selectors", json.dumps(j["node_selector"])),
-                ("tolerations", json.dumps(j["tolerations"])),
-                ("treq", ps.topology_required),
-                ("tpref", ps.topology_preferred),
-                ("min_counts", ps.min_count),
-            ):
+            row = encoded.get(id(ps))
+            if row is None:
+                j = codec.pod_set(ps)
+                row = encoded[id(ps)] = (
+                    ps.name,
+                    ps.count,
+                    json.dumps(j["requests"]),
+                    json.dumps(j["node_selector"]),
+                    json.dumps(j["tolerations"]),
+                    ps.topology_required,
+                    ps.topology_preferred,
+                    ps.min_count,
+                )
+            cols["ids"].append(ids[w.id])
+            cols["pos"].append(i)
+            for key, value in zip(names[2:] + more, row, strict=True):
                 cols[key].append(value)
-    conn.execute(_INSERT_POD_SETS, cols)
+    conn.execute(_INSERT_POD_SETS, {k: literal(v) for k, v in cols.items()})
     if notify:
         conn.execute(sa.text("SELECT pg_notify('queuemgr', 'submitted')"))
 
@@ -359,6 +366,33 @@ def peak_rss_mib() -> float:
 def current_rss_mib() -> float:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def machine_busy() -> tuple[float, float]:
+    """The machine's (busy, all) CPU seconds since boot, every core summed (/proc/stat)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
+def postgres_cpu() -> float:
+    """CPU seconds used so far by the processes named ``postgres`` alive now."""
+    hz, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                stat = fh.read()
+        except OSError:  # gone meanwhile
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == "postgres":
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / hz
 
 
 def load_average() -> str:
