@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import generate_latest
+from prometheus_client import Histogram, generate_latest
 from prometheus_client.exposition import start_http_server
 
 from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, Workload
@@ -76,14 +76,17 @@ class SchedulerMetrics(MetricFamilies):
         self._preemption_series(snapshot.config.cluster_queues)
         for e in decisions.evicted:
             self.observe_preemption(e, now)
+        # One series per (queue, priority): looked up once per cycle, not per admission.
+        series: dict[tuple[str, int], Histogram] = {}
         for a in decisions.admitted:
-            cq = a.admission.cluster_queue
-            label = priority_label(a.workload.priority, self._priority_classes)
-            self.wait.labels(cluster_queue=cq, priority_class=label).observe(
-                # From its last eviction if it had one: the time a victim ran before it
-                # is no wait (Kueue's admission wait time counts from the requeue).
-                max(0.0, now - a.workload.queued_since)
-            )
+            key = (a.admission.cluster_queue, a.workload.priority)
+            child = series.get(key)
+            if child is None:
+                label = priority_label(key[1], self._priority_classes)
+                child = series[key] = self.wait.labels(cluster_queue=key[0], priority_class=label)
+            # From its last eviction if it had one: the time a victim ran before it is
+            # no wait (Kueue's admission wait time counts from the requeue).
+            child.observe(max(0.0, now - a.workload.queued_since))
 
     def observe_phases(self, wall: Mapping[str, float]) -> None:
         """Add one cycle's wall seconds per phase (a bounded set of names, the loop's)."""

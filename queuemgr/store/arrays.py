@@ -36,6 +36,10 @@ def literal(values: Iterable[object]) -> str:
         return "{" + ",".join(map(str, items)) + "}"
     if type(first) is str and all(type(v) is str for v in items):
         return '{"' + '","'.join(_text(str(v)) for v in items) + '"}'
+    if type(first) is bool and all(type(v) is bool for v in items):
+        return "{" + ",".join(["t" if v else "f" for v in items]) + "}"
+    if type(first) is float and all(type(v) is float and math.isfinite(v) for v in items):
+        return "{" + ",".join(map(repr, items)) + "}"
     return "{" + ",".join(map(_element, items)) + "}"
 
 

@@ -37,11 +37,11 @@ def test_cheap_refreshes_happen_after_every_cycle() -> None:
 @pytest.mark.parametrize(
     ("cost", "after", "due"),
     [
-        pytest.param(0.1, 0.5, False, id="100ms-cost-waits-the-minimum-interval"),
-        pytest.param(0.1, 1.0, False, id="100ms-cost-waits-20x-its-cost"),
-        pytest.param(0.1, 2.0, True, id="100ms-cost-due-after-2s"),
-        pytest.param(0.01, 0.5, False, id="10ms-cost-waits-1s-minimum"),
-        pytest.param(0.01, 1.0, True, id="10ms-cost-due-after-1s"),
+        pytest.param(0.1, 1.5, False, id="100ms-cost-waits-the-minimum-interval"),
+        pytest.param(0.2, 3.0, False, id="200ms-cost-waits-20x-its-cost"),
+        pytest.param(0.2, 4.0, True, id="200ms-cost-due-after-4s"),
+        pytest.param(0.01, 1.0, False, id="10ms-cost-waits-2s-minimum"),
+        pytest.param(0.01, 2.001, True, id="10ms-cost-due-after-2s"),
         pytest.param(1.0, 19.0, False, id="1s-cost-stays-under-5pct-of-time"),
         pytest.param(1.0, 20.0, True, id="1s-cost-due-after-20s"),
     ],
