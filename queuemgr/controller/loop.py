@@ -47,6 +47,7 @@ from queuemgr.controller.heap import HeapKeeper
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.ports import Clock, ClusterBackend
 from queuemgr.controller.report import CycleReport, Phases
+from queuemgr.controller.writer import CycleWriter
 from queuemgr.core.cycle import schedule
 from queuemgr.core.fairshare import LocalQueueKey, UsageTracker, decayed
 from queuemgr.core.lifecycle import RunEnd
@@ -57,15 +58,14 @@ from queuemgr.core.resources import ResourceName, add
 from queuemgr.core.snapshot import admitted_requests
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.metrics.pacer import GaugePacer
-from queuemgr.store.decisions import Persisted, persist_decisions
+from queuemgr.store.decisions import Persisted
 from queuemgr.store.errors import StoreError
 from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken, NotLeader, fence
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.notify import evicted_workloads
 from queuemgr.store.state import StoredState
-from queuemgr.store.status_board import write_board
-from queuemgr.store.transitions import evict, finish_many, requeue_workload
+from queuemgr.store.transitions import finish_many, requeue_workload
 from queuemgr.store.usage import load_queue_usage, sample_usage, save_queue_usage
 from queuemgr.store.workloads import StateConflict
 
@@ -131,6 +131,7 @@ class SchedulerLoop:
         self._eta = EtaTracker()  # the first ETA each pending workload was given
         self._mirror = StateMirror()  # the live workloads, as of the last cycle
         self._board = BoardKeeper()  # what the status board holds
+        self._writer = CycleWriter(db, self._mirror, self._board)
         # Decayed usage per LocalQueue (ordering by usage); seeded from the store on adoption.
         self._usage = UsageTracker(
             half_life=policy.usage_half_life, weights=policy.usage_resource_weights
@@ -181,8 +182,7 @@ class SchedulerLoop:
         duration = phases.wall["schedule"]
         # Every pending workload's reason and message, and its place on the status board,
         # are compared with what the store holds; only what changed is written.
-        persisted, board = self._commit(token, decisions, state, now)
-        self._mirror.committed(decisions, persisted, now=now)
+        persisted, board = self._commit(token, decisions, state, now)  # and folded in
         phases.done("commit")
         # Charged from now on: the next cycle's advance bills this holding.
         self._usage.set_held(_held_by_queue(decisions.admitted, held))
@@ -233,24 +233,8 @@ class SchedulerLoop:
         state: StoredState,
         now: float,
     ) -> tuple[Persisted, BoardChange]:
-        with self._db.write() as conn:
-            fence(conn, token)
-            # Where every workload left pending stands, in the same transaction as the
-            # admissions that moved them: the board never shows an uncommitted cycle.
-            board = self._board.diff(conn, d.pending, self._mirror.row_ids())
-            write_board(conn, board.changed, board.gone, now=now)
-            persisted = persist_decisions(
-                conn,
-                d,
-                now=now,
-                previous=state.statuses,
-                ids=self._mirror.row_ids(),
-                verdicts=board.verdicts,
-            )
-            for e in d.evicted:
-                evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)
-        self._board.written(board)
-        return persisted, board
+        """Commit the cycle and fold it into the mirror, the two overlapping (``writer``)."""
+        return self._writer.commit(token, d, state, now)
 
     def _record_finished(self, token: LeaderToken, now: float) -> list[WorkloadId]:
         self._unreported.extend(self._backend.poll_finished(now))
@@ -379,6 +363,7 @@ class SchedulerLoop:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._applier.shutdown()
+        self._writer.shutdown()
         if self._heap is not None:
             self._heap.release()
 

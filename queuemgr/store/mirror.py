@@ -105,6 +105,8 @@ class StateMirror:
         self._claims: dict[int, Claim] = {}
         self._stopping: frozenset[WorkloadId] = frozenset()
         self._now = 0.0  # the last refresh's
+        # Rows as read before their admission was folded in ahead of its commit.
+        self._ahead: list[LiveRow] = []
         self.rows_read = 0  # full rows the last refresh read
 
     @property
@@ -269,22 +271,48 @@ class StateMirror:
             self._held.pop(key, None)
 
     # -- the leader's own writes ----------------------------------------------------
+    def fold_ahead(self, admitted: tuple[AdmittedWorkload, ...], *, now: float) -> None:
+        """Fold admissions in while their transaction runs, each as the next version of
+        its row; :meth:`committed` checks the versions, :meth:`undo_ahead` takes them back."""
+        try:
+            at = codec.seconds(codec.timestamp(now))  # as the store keeps it
+            for a in admitted:
+                i = self._ids.get(a.workload.id)
+                row = None if i is None else self._rows.get(i)
+                if row is not None and row.admitted is None:
+                    self._ahead.append(row)
+                    self._put(_admitted(row, a, at))
+        except Exception:
+            self.reset()
+            raise
+
+    def undo_ahead(self) -> None:
+        """Their transaction failed: each row folded ahead is the one read again."""
+        ahead, self._ahead = self._ahead, []
+        try:
+            for row in reversed(ahead):
+                self._put(row)
+        except Exception:
+            self.reset()
+            raise
+
     def committed(self, decisions: Decisions, persisted: Persisted, *, now: float) -> None:
         """Fold in a cycle's committed decisions; rows not provably known are re-read later."""
         try:
             at = codec.seconds(codec.timestamp(now))  # as the store keeps it
-            for a in decisions.admitted:
+            ahead, self._ahead = self._ahead, []
+            for read in ahead:  # folded while written: only the version is to be checked
+                if persisted.versions.get(read.workload.id) != read.version + 1:
+                    self._stale(read.workload.id)
+            for a in () if ahead else decisions.admitted:
                 row = self._own(a.workload.id, persisted)
                 if row is not None:
-                    admitted = AdmittedWorkload(
-                        workload=row.workload, admission=a.admission, admitted_at=at
-                    )
-                    self._put(_moved(row, WorkloadState.ADMITTED, "Admitted", "", admitted))
+                    self._put(_admitted(row, a, at))
             for wid, (state, reason, message) in persisted.statuses.items():
-                row = self._own(wid, persisted)
-                if row is not None:  # still queued: the cache is unchanged
-                    self._rows[row.id] = _moved(row, state, reason, message, None)
-                    self._versions[row.id] = row.version + 1
+                queued = self._own(wid, persisted)
+                if queued is not None:  # still queued: the cache is unchanged
+                    self._rows[queued.id] = _moved(queued, state, reason, message, None)
+                    self._versions[queued.id] = queued.version + 1
                     self._set_status(wid, (state, reason, message))
             for e in decisions.evicted:  # left the live set: the next refresh drops it
                 self._stale(e.victim.workload.id)
@@ -310,6 +338,12 @@ class StateMirror:
             # No stored version is negative: the next refresh reads the row again.
             self._rows[row.id] = dataclasses.replace(row, version=-1)
             self._versions[row.id] = -1
+
+
+def _admitted(row: LiveRow, a: AdmittedWorkload, at: float) -> LiveRow:
+    """``row`` admitted as ``a`` decided, at ``at`` (stored time)."""
+    admitted = AdmittedWorkload(workload=row.workload, admission=a.admission, admitted_at=at)
+    return _moved(row, WorkloadState.ADMITTED, "Admitted", "", admitted)
 
 
 def _moved(
