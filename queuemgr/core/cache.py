@@ -7,8 +7,10 @@ and hands out snapshots cheaply.
 
 What must stay true: ``cache.snapshot()`` equals ``build_snapshot`` over the
 same objects (a property test checks it); a snapshot handed out is never
-changed afterwards, because the cache replaces inner vectors rather than
-mutating them; a workload is in exactly one of pending or admitted.
+changed afterwards, because the cache copies an inner vector on its first
+change after a snapshot and changes only its own copies in place (the property
+test keeps every snapshot and checks it at the end); a workload is in exactly
+one of pending or admitted.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from queuemgr.core.snapshot import (
     CycleMemo,
     MutableUsage,
     Snapshot,
-    admitted_requests,
 )
 
 _Admitted = dict[WorkloadId, AdmittedWorkload]
@@ -55,6 +56,11 @@ class Cache:
         # with the free the index still files them under: the index is regrouped once
         # per snapshot, not once per placement.
         self._filed: dict[NodeName, Resources] = {}
+        # The queues' usage maps (by queue) and vectors (by queue and flavor), and the
+        # nodes' free vectors, made since the last snapshot, which no snapshot shares:
+        # changed in place.
+        self._owned_usage: set[object] = set()
+        self._owned_free: set[NodeName] = set()
         # Copies handed to snapshots, reused until the admitted set changes.
         self._frozen: tuple[MutableUsage, dict[NodeName, Resources], _Admitted, FreeIndex] | None
         self._frozen = None
@@ -121,24 +127,34 @@ class Cache:
     def _apply(self, a: AdmittedWorkload, sign: int) -> None:
         self._frozen = None
         cq, flavor = a.admission.cluster_queue, a.admission.flavor
-        per_flavor = dict(self._usage.get(cq, {}))
-        vec = dict(per_flavor.get(flavor, {}))
-        for r, v in admitted_requests(a).items():
+        # Copied on the first change after a snapshot (which shares them), then changed
+        # in place until the next one: a busy cycle changes a vector many times.
+        owned = self._owned_usage
+        per_flavor = self._usage.get(cq)
+        if per_flavor is None or cq not in owned:
+            per_flavor = self._usage[cq] = dict(per_flavor or {})
+            owned.add(cq)
+        vec = per_flavor.get(flavor)
+        if vec is None or (cq, flavor) not in owned:
+            vec = per_flavor[flavor] = dict(vec or {})
+            owned.add((cq, flavor))
+        for r, v in a.held.items():
             vec[r] = vec.get(r, 0) + sign * v
-        per_flavor[flavor] = vec
-        self._usage[cq] = per_flavor
         per_pod = {ps.name: ps.node_requests for ps in a.workload.pod_sets}
         class_of = self._config.node_topology.class_of
         for p in a.admission.placements:
-            old = self._free.get(p.node)
-            if old is None:
+            node = p.node
+            new = self._free.get(node)
+            if new is None:
                 continue
-            new = dict(old)
+            if node not in self._owned_free:
+                old, new = new, dict(new)
+                self._free[node] = new
+                self._owned_free.add(node)
+                if node in class_of:
+                    self._filed.setdefault(node, old)
             for r, v in per_pod[p.pod_set].items():
                 new[r] = new.get(r, 0) - sign * v * p.count
-            self._free[p.node] = new
-            if p.node in class_of:
-                self._filed.setdefault(p.node, old)
 
     # -- reading ----------------------------------------------------------
     def pending(self) -> Iterable[Workload]:
@@ -163,6 +179,9 @@ class Cache:
                 moved = {n: (class_of[n], old, self._free[n]) for n, old in self._filed.items()}
                 reindex(self._index, moved)
                 self._filed = {}
+            # What the copies below share is not to change any more.
+            self._owned_usage.clear()
+            self._owned_free.clear()
             self._frozen = (
                 dict(self._usage),
                 dict(self._free),

@@ -70,6 +70,7 @@ def test_cache_snapshot_equals_build_snapshot(seed: int, steps: int) -> None:
     config = _config()
     cache = Cache(config)
     counter = 0
+    handed_out: list[tuple[Snapshot, dict[str, object]]] = []
     for _ in range(steps):
         op = rng.choice(["add", "add", "admit", "remove_pending", "finish"])
         if op == "add":
@@ -89,6 +90,10 @@ def test_cache_snapshot_equals_build_snapshot(seed: int, steps: int) -> None:
         got = cache.snapshot()
         want = build_snapshot(config, admitted=cache.admitted(), pending=cache.pending())
         assert normalised(got) == normalised(want)
+        handed_out.append((got, normalised(got)))
+    # Every snapshot handed out is as it was, whatever the cache did since.
+    for snapshot, then in handed_out:
+        assert normalised(snapshot) == then
     assert schedule(cache.snapshot(), 1.0) == schedule(
         build_snapshot(config, admitted=cache.admitted(), pending=cache.pending()), 1.0
     )
