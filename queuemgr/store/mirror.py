@@ -42,7 +42,7 @@ from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.core.model import AdmittedWorkload, ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.core.resources import ResourceName
-from queuemgr.core.snapshot import Config, admitted_requests
+from queuemgr.core.snapshot import Config
 from queuemgr.store import codec
 from queuemgr.store.config_objects import load_config
 from queuemgr.store.decisions import Persisted
@@ -93,8 +93,10 @@ class StateMirror:
         self._versions: dict[int, int] = {}  # row id -> the version of self._rows[id]
         self._ids: dict[WorkloadId, int] = {}
         self._statuses: dict[WorkloadId, Status] = {}  # of the queued rows, as stored
-        # What the admitted workloads hold, per LocalQueue (namespace, name).
+        # What the admitted workloads hold, per LocalQueue (namespace, name), and which
+        # of those vectors were made since held_by_queue last handed them out.
         self._held: dict[tuple[str, str], dict[ResourceName, int]] = {}
+        self._held_own: set[tuple[str, str]] = set()
         self._fingerprint: str | None = None
         self._config: Config | None = None
         self._stopped: frozenset[ClusterQueueName] = frozenset()
@@ -120,6 +122,7 @@ class StateMirror:
 
     def held_by_queue(self) -> dict[tuple[str, str], Mapping[ResourceName, int]]:
         """What the admitted workloads hold per LocalQueue (inner vectors never change)."""
+        self._held_own.clear()  # each handed out now: copied before its next change
         return dict(self._held)
 
     def refresh(
@@ -261,14 +264,19 @@ class StateMirror:
 
     def _hold(self, a: AdmittedWorkload, sign: int) -> None:
         key = (a.workload.namespace, a.workload.queue)
-        vec = dict(self._held.get(key, {}))  # replaced, never changed in place
-        for r, v in admitted_requests(a).items():
-            vec[r] = vec.get(r, 0) + sign * v
-        vec = {r: v for r, v in vec.items() if v}
-        if vec:
-            self._held[key] = vec
-        else:
-            self._held.pop(key, None)
+        vec = self._held.get(key)
+        if vec is None or key not in self._held_own:
+            # Copied on its first change since it was last handed out, then its own.
+            vec = self._held[key] = dict(vec or {})
+            self._held_own.add(key)
+        for r, v in a.held.items():
+            left = vec.get(r, 0) + sign * v
+            if left:
+                vec[r] = left
+            else:
+                vec.pop(r, None)
+        if not vec:
+            del self._held[key]
 
     # -- the leader's own writes ----------------------------------------------------
     def fold_ahead(self, admitted: tuple[AdmittedWorkload, ...], *, now: float) -> None:

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 
 from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
+from queuemgr.core.resources import ResourceName
 from queuemgr.core.snapshot import Snapshot
 from queuemgr.store import decisions as store_decisions
 from queuemgr.store.config_objects import upsert_cluster_queue
@@ -72,6 +73,16 @@ def _same(mirrored: StoredState, loaded: StoredState) -> None:
     assert [w.id for w in ms.unroutable] == [w.id for w in ls.unroutable]
 
 
+def _held(state: StoredState) -> dict[tuple[str, str], dict[ResourceName, int]]:
+    """What the admitted workloads hold per LocalQueue, summed afresh."""
+    out: dict[tuple[str, str], dict[ResourceName, int]] = {}
+    for a in state.admitted:
+        vec = out.setdefault((a.workload.namespace, a.workload.queue), {})
+        for r, v in a.held.items():
+            vec[r] = vec.get(r, 0) + v
+    return out
+
+
 def _submit(engine: Engine, *names: str, pods: int = 1) -> None:
     with engine.begin() as conn:
         for i, name in enumerate(names):
@@ -99,6 +110,9 @@ def test_refresh_equals_a_full_load_and_reads_only_what_changed(engine: Engine) 
     assert done.admitted == 2 and done.statuses_written == 1
     _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 0  # its own writes were folded in, not read back
+    held = mirror.held_by_queue()
+    assert held == _held(load_state(Database(engine)))
+    as_handed_out = {key: dict(vec) for key, vec in held.items()}
 
     _cycle(engine, mirror, NOW + 11)  # nothing changes: nothing written, nothing read
     _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
@@ -108,10 +122,13 @@ def test_refresh_equals_a_full_load_and_reads_only_what_changed(engine: Engine) 
         finish_workload(conn, WorkloadId("team-a/a"), now=NOW + 12)
     _same(mirror.refresh(Database(engine)), load_state(Database(engine)))
     assert mirror.rows_read == 0  # a finished row leaves; nothing to read
+    assert held == as_handed_out  # what was handed out did not change since
     _cycle(engine, mirror, NOW + 13)  # c takes a's place
     state = mirror.refresh(Database(engine))
     _same(state, load_state(Database(engine)))
     assert sorted(a.workload.name for a in state.admitted) == ["b", "c"]
+    assert mirror.held_by_queue() == _held(state)
+    assert held == as_handed_out  # what was handed out did not change since
 
 
 def test_a_write_by_someone_else_in_between_is_read_again(engine: Engine) -> None:
