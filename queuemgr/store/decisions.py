@@ -26,13 +26,13 @@ from queuemgr.core.verdicts import PendingReason, Verdict
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 from queuemgr.store.live import Status
+from queuemgr.store.row_keys import both_forms, row_keys
 from queuemgr.store.transitions import legal_sources
 from queuemgr.store.workloads import StateConflict, atomic
 
 # One statement per kind of write, whatever the number of workloads: arrays
 # unnested into a join. The state condition is what makes admission safe.
-# By row id when the caller knows them (a primary-key lookup per row); by name
-# the planner may hash every queued row instead, a cost that grows with the backlog.
+# By row id when the caller knows them, else by name (``store.row_keys``).
 _ADMIT = """
 UPDATE workloads AS w
 SET state = 'Admitted', reason = 'Admitted', message = '', state_since = :now,
@@ -45,16 +45,7 @@ WHERE {match}
   AND w.state = ANY(CAST(:sources AS workload_state[]))
 RETURNING w.id, w.namespace, w.name, w.version
 """
-_ADMIT_BY_NAME = text(
-    _ADMIT.format(
-        key="CAST(:ns AS text[]), CAST(:names AS text[])",
-        key_names="ns, name",
-        match="w.namespace = d.ns AND w.name = d.name",
-    )
-)
-_ADMIT_BY_ID = text(
-    _ADMIT.format(key="CAST(:ids AS bigint[])", key_names="id", match="w.id = d.id")
-)
+_ADMIT_BY_NAME, _ADMIT_BY_ID = both_forms(_ADMIT)
 # The states an admission leaves, checked against core.lifecycle as every move's are.
 _QUEUED = legal_sources(WorkloadState.ADMITTED, (WorkloadState.PENDING, WorkloadState.INADMISSIBLE))
 
@@ -209,13 +200,8 @@ def _admit(
         "borrowing": literal([a.borrowing for a in adm]),
         "sources": _QUEUED,
     }
-    if ids is not None and all(w.id in ids for w in ws):
-        params["ids"] = literal([ids[w.id] for w in ws])
-        rows = conn.execute(_ADMIT_BY_ID, params).all()
-    else:
-        params["ns"] = literal([w.namespace for w in ws])
-        params["names"] = literal([w.name for w in ws])
-        rows = conn.execute(_ADMIT_BY_NAME, params).all()
+    by_id, keys = row_keys([w.id for w in ws], ids)
+    rows = conn.execute(_ADMIT_BY_ID if by_id else _ADMIT_BY_NAME, params | keys).all()
     row_ids: dict[str, int] = {}
     for rid, ns, name, version in rows:  # unpacked: a Row's columns by name cost more
         wid = WorkloadId(f"{ns}/{name}")

@@ -42,6 +42,7 @@ from queuemgr.core.model import Workload, WorkloadId
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 from queuemgr.store.notify import notify
+from queuemgr.store.row_keys import both_forms, row_keys
 from queuemgr.store.workloads import StateConflict, WorkloadExists, atomic
 
 
@@ -301,18 +302,8 @@ WHERE {match}
        OR abs(extract(epoch FROM w.admitted_at) - d.admitted) < :same)
 RETURNING w.id, w.namespace, w.name
 """
-# By row id when the caller knows them: a primary-key lookup per run, where by name
-# the planner may hash every admitted row.
-_FINISH_BY_NAME = text(
-    _FINISH_MANY.format(
-        key="CAST(:ns AS text[]), CAST(:names AS text[])",
-        key_names="ns, name",
-        match="w.namespace = d.ns AND w.name = d.name",
-    )
-)
-_FINISH_BY_ID = text(
-    _FINISH_MANY.format(key="CAST(:ids AS bigint[])", key_names="id", match="w.id = d.id")
-)
+# By row id when the caller knows them, else by name (``store.row_keys``).
+_FINISH_BY_NAME, _FINISH_BY_ID = both_forms(_FINISH_MANY)
 
 
 # A run's end finishes a workload Admitted, or being evicted (its stop was on the way).
@@ -345,16 +336,9 @@ def finish_many(
         "same": SAME_ADMISSION_S,
         "sources": _RUNNING,
     }
-    if ids is not None and all(e.workload in ids for e in ends):
-        params["ids"] = literal([ids[e.workload] for e in ends])
-        statement = _FINISH_BY_ID
-    else:
-        names = [e.workload.partition("/") for e in ends]
-        params["ns"] = literal([ns for ns, _, _ in names])
-        params["names"] = literal([name for _, _, name in names])
-        statement = _FINISH_BY_NAME
+    by_id, keys = row_keys([e.workload for e in ends], ids)
     with atomic(conn):
-        rows = conn.execute(statement, params).all()
+        rows = conn.execute(_FINISH_BY_ID if by_id else _FINISH_BY_NAME, params | keys).all()
         conn.execute(
             text("DELETE FROM placements WHERE workload_id = ANY(CAST(:ids AS bigint[]))"),
             {"ids": literal([rid for rid, _, _ in rows])},
