@@ -17,12 +17,14 @@ Figures, all read from the database after the run:
   included, so a service that keeps pace reads a little under the offer);
 - sustained admissions/s: the admissions committed while the stream ran,
   after its first second, over that time (a service that keeps pace reads
-  the offer; one that falls behind reads what it can do);
+  about the offer, less as its lag grows; one that falls behind reads what
+  it can do);
 - the loop's CPU per admission (its thread's CPU summed over the cycles,
   over the admissions): the service's cost, steadier than the rates on a
-  shared machine; beside it the loop's, Postgres's and the submitter's CPU
-  seconds and how busy the machine was, from the stream's start to its last
-  admission;
+  shared machine; and the whole service process's CPU per admission (every
+  thread: the loop, its commit writer, the listener, the leader's heartbeat);
+  beside them the loop's, Postgres's and the submitter's CPU seconds and how
+  busy the machine was, from the stream's start to its last admission;
 - submit → admit latency p50/p99: the admitting UPDATE's clock (a
   row-level trigger in the scratch database logs it) minus the moment
   the submitter stamped the workload, just before its batch's transaction;
@@ -121,13 +123,13 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
             ctx = mp.get_context("spawn")
             out = ctx.Queue()
             child = ctx.Process(target=paced_submitter, args=(url, rate, seconds, seed, out))
-            busy0, pg0 = machine_busy(), postgres_cpu()
+            busy0, pg0, own0 = machine_busy(), postgres_cpu(), time.process_time()
             child.start()
             total, took, submitter_cpu = out.get()
             child.join()
             pending_at_end = total - log.admitted()
             wait_until(lambda: log.admitted() >= total, 600, "the stream's admissions", 0.01)
-            busy1, pg1 = machine_busy(), postgres_cpu()
+            busy1, pg1, own1 = machine_busy(), postgres_cpu(), time.process_time()
             cycles = len(log.reports) - cycles0
             with log.lock:
                 phases = log.phases(cycles0)
@@ -149,6 +151,7 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
         "sustained": during / (window[1] - window[0]),
         "cpu_us": cpu / max(1, len(rows)) * 1e6,
         "loop_cpu": cpu,
+        "service_us": (own1 - own0) / max(1, len(rows)) * 1e6,
         "pg_cpu": pg1 - pg0,
         "submitter_cpu": submitter_cpu,
         "busy": (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]),
@@ -189,7 +192,7 @@ def main() -> None:
         )
         print(
             f"{'asked/s':>8}{'offered/s':>10}{'admitted/s':>11}{'sustained/s':>12}"
-            f"{'CPU us/adm':>11}{'p50 ms':>9}{'p99 ms':>9}"
+            f"{'CPU us/adm':>11}{'svc us/adm':>11}{'p50 ms':>9}{'p99 ms':>9}"
             f"{'max ms':>9}{'behind':>8}{'cycles':>8}{'max/cyc':>8}"
             + "".join(f"{p + ' s':>11}" for p in PHASES)
             + f"{'loop CPU s':>11}{'pg CPU s':>9}{'submit s':>9}{'busy %':>7}"
@@ -205,7 +208,8 @@ def main() -> None:
                 p99s.append(res["p99"])
                 print(
                     f"{rate:>8}{res['offered']:>10.0f}{res['achieved']:>11.0f}"
-                    f"{res['sustained']:>12.0f}{res['cpu_us']:>11.1f}{res['p50']:>9.1f}"
+                    f"{res['sustained']:>12.0f}{res['cpu_us']:>11.1f}{res['service_us']:>11.1f}"
+                    f"{res['p50']:>9.1f}"
                     f"{res['p99']:>9.1f}{res['max']:>9.1f}{res['pending_at_end']:>8}"
                     f"{res['cycles']:>8}{res['biggest']:>8}"
                     + "".join(f"{res['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
