@@ -273,6 +273,10 @@ def test_a_leader_deposed_while_it_stops_an_overrun_does_not_finish_it(engine: E
                 pid = holder_pid(conn)
                 conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
                 conn.commit()
+            # It only signals: until the session has ended the lease is still held, and
+            # the fence rightly lets the finish through (the flake this test had).
+            assert pid is not None
+            wait_for(lambda: _backend_gone(engine, pid), timeout=10)
             stop(wid)
 
         backend.stop = paused_in_stop  # type: ignore[method-assign]
