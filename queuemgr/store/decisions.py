@@ -63,25 +63,13 @@ SET state = CAST(s.state AS workload_state), reason = s.reason, message = s.mess
     state_since = CASE WHEN w.state = CAST(s.state AS workload_state) THEN w.state_since
                        ELSE :now END,
     version = w.version + 1
-FROM {rows}
+FROM unnest({key}, CAST(:which AS int[])) AS d({key_names}, which)
 JOIN unnest(CAST(:states AS text[]), CAST(:reasons AS text[]), CAST(:messages AS text[]))
      WITH ORDINALITY AS s(state, reason, message, k) ON s.k = d.which
 WHERE {match} AND w.state IN ('Pending', 'Inadmissible')
 RETURNING w.namespace, w.name, w.version
 """
-_STATUS_BY_NAME = text(
-    _SET_STATUS.format(
-        rows="unnest(CAST(:ns AS text[]), CAST(:names AS text[]), CAST(:which AS int[])) "
-        "AS d(ns, name, which)",
-        match="w.namespace = d.ns AND w.name = d.name",
-    )
-)
-_STATUS_BY_ID = text(
-    _SET_STATUS.format(
-        rows="unnest(CAST(:ids AS bigint[]), CAST(:which AS int[])) AS d(id, which)",
-        match="w.id = d.id",
-    )
-)
+_STATUS_BY_NAME, _STATUS_BY_ID = both_forms(_SET_STATUS)
 
 
 # A claim is set on a queued preemptor only: one that left the queue (cancelled
@@ -270,14 +258,8 @@ def _write_statuses(
             "reasons": literal([reason for _, reason, _ in distinct]),
             "messages": literal([message for _, _, message in distinct]),
         }
-        if ids is not None and all(wid in ids for wid in changed):
-            params["ids"] = literal([ids[wid] for wid in changed])
-            rows = conn.execute(_STATUS_BY_ID, params)
-        else:
-            names = [wid.partition("/") for wid in changed]
-            params["ns"] = literal([ns for ns, _, _ in names])
-            params["names"] = literal([name for _, _, name in names])
-            rows = conn.execute(_STATUS_BY_NAME, params)
+        by_id, keys = row_keys(list(changed), ids)
+        rows = conn.execute(_STATUS_BY_ID if by_id else _STATUS_BY_NAME, params | keys)
         for r in rows:
             versions[WorkloadId(f"{r.namespace}/{r.name}")] = r.version
     return changed
