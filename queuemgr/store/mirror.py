@@ -280,8 +280,9 @@ class StateMirror:
 
     # -- the leader's own writes ----------------------------------------------------
     def fold_ahead(self, admitted: tuple[AdmittedWorkload, ...], *, now: float) -> None:
-        """Fold admissions in while their transaction runs, each as the next version of
-        its row; :meth:`committed` checks the versions, :meth:`undo_ahead` takes them back."""
+        """Fold admissions in, each as the next version of its row, ahead of their commit
+        (``controller.writer``: while their transaction runs); :meth:`committed` checks
+        the versions, :meth:`undo_ahead` takes them back."""
         try:
             at = codec.seconds(codec.timestamp(now))  # as the store keeps it
             for a in admitted:
@@ -307,15 +308,12 @@ class StateMirror:
     def committed(self, decisions: Decisions, persisted: Persisted, *, now: float) -> None:
         """Fold in a cycle's committed decisions; rows not provably known are re-read later."""
         try:
-            at = codec.seconds(codec.timestamp(now))  # as the store keeps it
+            if not self._ahead:  # not folded while it was written: folded now
+                self.fold_ahead(decisions.admitted, now=now)
             ahead, self._ahead = self._ahead, []
-            for read in ahead:  # folded while written: only the version is to be checked
+            for read in ahead:  # a row written by someone else too is read again
                 if persisted.versions.get(read.workload.id) != read.version + 1:
                     self._stale(read.workload.id)
-            for a in () if ahead else decisions.admitted:
-                row = self._own(a.workload.id, persisted)
-                if row is not None:
-                    self._put(_admitted(row, a, at))
             for wid, (state, reason, message) in persisted.statuses.items():
                 queued = self._own(wid, persisted)
                 if queued is not None:  # still queued: the cache is unchanged
