@@ -284,7 +284,7 @@ def _from_board(
             return None
         entry = found.entry
         cq = entry.cluster_queue
-        ahead_of = [] if cq is None else ahead(conn, cq, entry.position_in_queue, limit=AHEAD)
+        ahead_of = [] if cq is None else ahead(conn, cq, entry.rank, limit=AHEAD)
         path, running = (None, []) if cq is None else tree_and_running(conn, cq)
         cohort = None if path is None else path.split("/")[0]  # the root of its tree
     doc["scheduler"] = _leader(settings)[1]  # the leader decided; its record is shown

@@ -5,7 +5,9 @@ Why it exists: every pending workload's positions and ETA must be readable
 100,000 rows per cycle would cost the database more than the cycle itself.
 The keeper remembers what the board holds (by workload row id) and hands the
 cycle's transaction only the entries that differ and the rows that left the
-queue (``store.status_board``).
+queue (``store.status_board``). An entry holds the workload's rank in its
+queue, not its positions (which readers count), so an admission at the head
+changes no entry behind it.
 
 What must stay true:
 
@@ -72,9 +74,8 @@ class BoardKeeper:
         held = self._held
         if held is None:
             held = {}
-            for stored, e in read_board(conn).items():
-                entry = (e.cluster_queue, e.position_in_local_queue, e.position_in_queue, e.eta)
-                at = None if e.cluster_queue is None else ClusterQueueName(e.cluster_queue)
+            for stored, entry in read_board(conn).items():
+                at = None if entry[0] is None else ClusterQueueName(entry[0])
                 held.setdefault(at, (None, {}))[1][stored] = entry
         after: _Held = {}
         changed: dict[int, Entry] = {}
@@ -90,13 +91,14 @@ class BoardKeeper:
             old = {} if before is None else before[1]
             rows: dict[int, Entry] = {}
             seen = etas[name] = {}
-            for wid, cq, lq_pos, cq_pos, eta, verdict in standing.rows:
+            for wid, cq, _, _, eta, verdict, lq, rank in standing.rows:
                 seen[wid] = eta
                 verdicts[wid] = verdict
                 rid = row_ids.get(wid)
                 if rid is None:  # not a stored row (a test's or a racing submission's)
                     continue
-                entry = (cq, lq_pos, cq_pos, eta)
+                # Ranks, not positions: a row behind an admission is as it was.
+                entry = (cq, lq, rank, eta)
                 rows[rid] = entry
                 if old.get(rid) != entry:
                     changed[rid] = entry

@@ -44,8 +44,23 @@ from queuemgr.core.verdicts import PendingReason, Verdict
 if TYPE_CHECKING:
     from queuemgr.core.snapshot import CycleMemo
 
-# (workload, its ClusterQueue, position in LocalQueue, in ClusterQueue, ETA, verdict)
-Row = tuple[WorkloadId, ClusterQueueName | None, int, int, float | None, Verdict]
+# Where a row sorts in its ClusterQueue, for a board that counts positions when read:
+# the queue order's key (``Workload.order_key``), which a workload keeps while it
+# waits, when the queue is in queue order; its position otherwise (a queue ranked by
+# usage, the unroutable ones), which moves as those ahead leave.
+RowRank = int | tuple[int, float, str]
+# (workload, its ClusterQueue, position in LocalQueue, in ClusterQueue, ETA, verdict,
+# its (namespace, LocalQueue), its rank)
+Row = tuple[
+    WorkloadId,
+    ClusterQueueName | None,
+    int,
+    int,
+    float | None,
+    Verdict,
+    tuple[str, str],
+    RowRank,
+]
 _Said = tuple[str, str, float | None]  # a verdict as it reads: reason, message, eta
 _Class = tuple[ShapeId, bool]  # (shape, may borrow): what an ETA is keyed by
 
@@ -203,9 +218,11 @@ def standings(
             if held is not None and held[0] == key:
                 out.append(held[1])
                 continue
+        rank = ranks.get(name)
         rows = _rows(
             name,
-            queue.ranked(ranks.get(name)),
+            rank is None,
+            queue.ranked(rank),
             admitted,
             verdicts,
             cluster_queues[name].may_borrow,
@@ -221,7 +238,7 @@ def standings(
                 memo.blocks[name] = (key, standing)
         out.append(standing)
     if unroutable:
-        rows = _rows(None, unroutable, frozenset(), verdicts, None, resolve, eta, now)
+        rows = _rows(None, False, unroutable, frozenset(), verdicts, None, resolve, eta, now)
         out.append(QueueStanding(cluster_queue=None, rows=rows))
     return out
 
@@ -266,6 +283,7 @@ def _inputs(
 
 def _rows(
     name: ClusterQueueName | None,
+    in_queue_order: bool,
     ranked: Iterable[Workload],
     admitted: frozenset[WorkloadId],
     judged: Mapping[WorkloadId, Verdict],
@@ -276,13 +294,14 @@ def _rows(
 ) -> tuple[Row, ...]:
     rows: list[Row] = []
     lq_pos: dict[tuple[str, str], int] = {}
-    cq_pos = 0
+    cq_pos = n_all = 0
     # A workload the cycle did not try itself has its shape's verdict and its class's
     # ETA: worked out once per (shape, may borrow), not once per workload.
     shared: dict[tuple[ShapeId, bool], tuple[Verdict, float | None]] = {}
     for w in ranked:
         if w.id in admitted:
             continue
+        n_all += 1
         if name is not None:
             cq_pos += 1
         lq = (w.namespace, w.queue)
@@ -297,5 +316,6 @@ def _rows(
                 verdict = resolve(w, name)
                 hit = shared[key] = (verdict, as_of(eta(w, name, verdict), now))
             verdict, at = hit
-        rows.append((w.id, name, n, cq_pos, at, verdict))
+        rank: RowRank = w.order_key if in_queue_order else n_all
+        rows.append((w.id, name, n, cq_pos, at, verdict, lq, rank))
     return tuple(rows)

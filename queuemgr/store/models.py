@@ -36,6 +36,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     Text,
@@ -270,19 +271,24 @@ class PlacementRow(Base):
 class PendingStatusRow(Base):
     """Where a pending workload stands, as the leader's last cycle saw it (``why``, lists).
 
-    Positions move for everyone behind an admission, so they live beside the
-    workload row, not in it: writing them leaves ``workloads.version`` alone, and
-    the leader writes only the rows that changed (store/status_board.py).
+    It lives beside the workload row, not in it: writing it leaves
+    ``workloads.version`` alone, and the leader writes only the rows that changed
+    (store/status_board.py). It holds a rank, not positions, as positions move for
+    everyone behind an admission: readers count them, by the two indexes.
     """
 
     __tablename__ = "pending_statuses"
-    __table_args__ = (Index("ix_pending_statuses_queue", "cluster_queue", "position_in_queue"),)
+    __table_args__ = (
+        Index("ix_pending_statuses_rank", "cluster_queue", "rank"),
+        Index("ix_pending_statuses_local_rank", "namespace", "local_queue", "rank"),
+    )
     workload_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
     )
     cluster_queue: Mapped[str | None] = mapped_column(Text)  # NULL: its LocalQueue routes nowhere
-    position_in_local_queue: Mapped[int] = mapped_column(Integer)
-    position_in_queue: Mapped[int] = mapped_column(Integer)  # in its ClusterQueue; 0 if none
+    namespace: Mapped[str] = mapped_column(Text)
+    local_queue: Mapped[str] = mapped_column(Text)
+    rank: Mapped[bytes] = mapped_column(LargeBinary)  # status_board.rank_key: sorts its queue
     # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
     # ahead of it allow), NULL for unknown or never.
     eta: Mapped[float | None] = mapped_column(Double)

@@ -3,9 +3,16 @@
 Why it exists: a pending workload's positions and ETA come from a whole
 scheduling cycle, and evaluating one to answer ``why`` costs seconds at
 100,000 pending. The leader already runs that cycle; it writes here what each
-cycle leaves pending (``pending_statuses``, migration 0015) and when
+cycle leaves pending (``pending_statuses``, migrations 0015 and 0023) and when
 (``status_board``), and ``why`` reads one row, and the rows just ahead of it,
 by index.
+
+A row holds its workload's *rank*, not its positions: a key that sorts its
+ClusterQueue in the cycle's order, and that does not change when the workloads
+ahead of it leave. An admission would otherwise move every position behind it,
+and a deep queue would be rewritten whole each cycle. The positions are counted
+when read, over the rows of the same ClusterQueue (and LocalQueue) that rank
+before it, by index.
 
 What must stay true:
 
@@ -15,16 +22,22 @@ What must stay true:
 - it writes only what it is given: the leader sends the rows whose entry
   changed since its last write and the ids of workloads that left the queue, so
   a cycle's writes grow with what changed, not with the backlog;
+- within one ClusterQueue every row's rank has the same form (:func:`rank_key`):
+  the queue order's key (priority, creation, id) when the queue is in queue
+  order, which a workload keeps while it waits; its position otherwise (a queue
+  ordered by usage, the unroutable ones), rewritten when it moves;
 - an ETA of 0 means "now" (it may start as soon as those ahead of it allow) and
   NULL means unknown or never, so a row does not change merely because time
   passed;
 - a tenant's read goes through its row security, or through the tenant views
   when switched (``store.tenant_view``): it never names another namespace's
-  workload.
+  workload. The tenant view shows every live workload's row (others' by token),
+  so positions counted there count everyone, as the leader's cycle did.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,13 +45,45 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from queuemgr.core.resources import GPU
+from queuemgr.core.standings import RowRank
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 
-# A row as the leader writes it: (ClusterQueue, position in LocalQueue, in
-# ClusterQueue, ETA), the fields of BoardEntry in order; a plain tuple, as
-# tens of thousands may be written in one cycle.
-Entry = tuple[str | None, int, int, float | None]
+# A row as the leader writes it: (ClusterQueue, (namespace, LocalQueue), rank,
+# ETA); a plain tuple, as tens of thousands may be compared in one cycle.
+Entry = tuple[str | None, tuple[str, str], RowRank, float | None]
+
+_INT64 = 1 << 63
+_MASK64 = (1 << 64) - 1
+
+
+def rank_key(rank: RowRank) -> bytes:
+    """``rank`` as bytes that sort as it does (Postgres compares bytea bytewise).
+
+    A position (an int) is 0x00 and 8 bytes; a queue-order key (minus the
+    priority, creation time, id) is 0x01, the priority's 8 bytes (offset so that
+    it sorts as a signed number, clamped to 64 bits), the time's 8 bytes (the
+    IEEE bits, sign flipped, the rest too for a negative number: they then sort
+    as the numbers do), and the id in UTF-8, whose bytes sort as its characters.
+    """
+    if isinstance(rank, int):
+        return b"\x00" + min(max(rank, 0), _MASK64).to_bytes(8, "big")
+    neg_priority, created, wid = rank
+    bits = int.from_bytes(struct.pack(">d", created + 0.0), "big")  # + 0.0: no -0.0
+    bits = (~bits & _MASK64) if bits >> 63 else bits | _INT64
+    priority = min(max(neg_priority, -_INT64), _INT64 - 1) + _INT64
+    return b"\x01" + priority.to_bytes(8, "big") + bits.to_bytes(8, "big") + wid.encode()
+
+
+def rank_of(key: bytes) -> RowRank:
+    """The rank that :func:`rank_key` made ``key`` from (a clamped one clamped)."""
+    if key[:1] == b"\x00":
+        return int.from_bytes(key[1:9], "big")
+    priority = int.from_bytes(key[1:9], "big") - _INT64
+    bits = int.from_bytes(key[9:17], "big")
+    bits = (bits & ~_INT64) if bits >> 63 else ~bits & _MASK64
+    created: float = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+    return (priority, created, key[17:].decode())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +94,7 @@ class BoardEntry:
     position_in_local_queue: int
     position_in_queue: int  # in its ClusterQueue; 0 when it routes to none
     eta: float | None  # seconds since the epoch; 0.0 for "now", None for unknown
+    rank: bytes  # :func:`rank_key`: where it sorts in its ClusterQueue
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,16 +125,15 @@ class Ahead:
 
 
 _UPSERT = text("""
-INSERT INTO pending_statuses
-    (workload_id, cluster_queue, position_in_local_queue, position_in_queue, eta)
-SELECT d.* FROM unnest(CAST(:ids AS bigint[]), CAST(:cqs AS text[]), CAST(:lq AS int[]),
-                       CAST(:cq AS int[]), CAST(:etas AS double precision[]))
-     AS d(id, cq, lq, pos, eta)
+INSERT INTO pending_statuses (workload_id, cluster_queue, namespace, local_queue, rank, eta)
+SELECT d.id, d.cq, d.ns, d.lq, decode(d.rank, 'hex'), d.eta
+FROM unnest(CAST(:ids AS bigint[]), CAST(:cqs AS text[]), CAST(:nss AS text[]),
+            CAST(:lqs AS text[]), CAST(:ranks AS text[]), CAST(:etas AS double precision[]))
+     AS d(id, cq, ns, lq, rank, eta)
 WHERE EXISTS (SELECT 1 FROM workloads w WHERE w.id = d.id)
 ON CONFLICT (workload_id) DO UPDATE
-SET cluster_queue = excluded.cluster_queue,
-    position_in_local_queue = excluded.position_in_local_queue,
-    position_in_queue = excluded.position_in_queue, eta = excluded.eta
+SET cluster_queue = excluded.cluster_queue, namespace = excluded.namespace,
+    local_queue = excluded.local_queue, rank = excluded.rank, eta = excluded.eta
 """)
 _DELETE = text("DELETE FROM pending_statuses WHERE workload_id = ANY(CAST(:ids AS bigint[]))")
 _STAMP = text("""
@@ -96,24 +141,31 @@ INSERT INTO status_board (name, at) VALUES ('leader', :at)
 ON CONFLICT (name) DO UPDATE SET at = excluded.at
 """)
 _READ_ALL = text("""
-SELECT workload_id, cluster_queue, position_in_local_queue, position_in_queue, eta
-FROM pending_statuses
+SELECT workload_id, cluster_queue, namespace, local_queue, rank, eta FROM pending_statuses
 """)
+# Positions are counted over the rows ranked before it, each count by an index.
 _READ_ONE = text("""
-SELECT s.cluster_queue, s.position_in_local_queue, s.position_in_queue, s.eta, b.at,
-       w.claim IS NOT NULL AS claimed
+SELECT s.cluster_queue, s.rank, s.eta, b.at, w.claim IS NOT NULL AS claimed,
+       1 + (SELECT count(*) FROM pending_statuses o
+            WHERE o.namespace = s.namespace AND o.local_queue = s.local_queue
+              AND o.rank < s.rank
+              AND o.cluster_queue IS NOT DISTINCT FROM s.cluster_queue) AS in_local_queue,
+       CASE WHEN s.cluster_queue IS NULL THEN 0
+            ELSE 1 + (SELECT count(*) FROM pending_statuses o
+                      WHERE o.cluster_queue = s.cluster_queue AND o.rank < s.rank) END
+           AS in_queue
 FROM pending_statuses s JOIN workloads w ON w.id = s.workload_id
 CROSS JOIN status_board b
 WHERE w.namespace = :ns AND w.name = :name AND b.name = 'leader'
 """)
 _GPUS = f"""(SELECT COALESCE(sum(p.count * COALESCE((p.requests ->> '{GPU}')::bigint, 0)), 0)
         FROM pod_sets p WHERE p.workload_id = w.id)"""
-# The nearest ones ahead, by the (cluster_queue, position_in_queue) index.
+# The first ones of the queue ahead of a rank, by the (cluster_queue, rank) index.
 _AHEAD = text(f"""
-SELECT w.namespace, w.name, s.position_in_queue, w.reason, {_GPUS} AS gpus
+SELECT w.namespace, w.name, w.reason, {_GPUS} AS gpus
 FROM pending_statuses s JOIN workloads w ON w.id = s.workload_id
-WHERE s.cluster_queue = :cq AND s.position_in_queue < :position
-ORDER BY s.position_in_queue
+WHERE s.cluster_queue = :cq AND s.rank < :rank
+ORDER BY s.rank
 LIMIT :limit
 """)
 # The cohorts of a ClusterQueue's tree: up from its cohort to the root, then every cohort
@@ -153,30 +205,26 @@ def write_board(
     if gone:
         conn.execute(_DELETE, {"ids": literal(list(gone))})
     if changed:
-        cqs, lqs, positions, etas = zip(*changed.values(), strict=True)
+        cqs, lqs, ranks, etas = zip(*changed.values(), strict=True)
         conn.execute(
             _UPSERT,
             {
                 "ids": literal(list(changed)),
                 "cqs": literal(list(cqs)),
-                "lq": literal(list(lqs)),
-                "cq": literal(list(positions)),
+                "nss": literal([ns for ns, _ in lqs]),
+                "lqs": literal([lq for _, lq in lqs]),
+                "ranks": literal([rank_key(r).hex() for r in ranks]),
                 "etas": literal(list(etas)),
             },
         )
     conn.execute(_STAMP, {"at": codec.timestamp(now)})
 
 
-def read_board(conn: Connection) -> dict[int, BoardEntry]:
+def read_board(conn: Connection) -> dict[int, Entry]:
     """Every entry, by workload row id: what a new leader compares its first cycle with."""
     return {
-        r.workload_id: BoardEntry(
-            cluster_queue=r.cluster_queue,
-            position_in_local_queue=r.position_in_local_queue,
-            position_in_queue=r.position_in_queue,
-            eta=r.eta,
-        )
-        for r in conn.execute(_READ_ALL)
+        wid: (cq, (ns, lq), rank_of(bytes(rank)), eta)
+        for wid, cq, ns, lq, rank, eta in conn.execute(_READ_ALL)
     }
 
 
@@ -187,24 +235,25 @@ def standing(conn: Connection, namespace: str, name: str) -> Standing | None:
         return None
     entry = BoardEntry(
         cluster_queue=r.cluster_queue,
-        position_in_local_queue=r.position_in_local_queue,
-        position_in_queue=r.position_in_queue,
+        position_in_local_queue=r.in_local_queue,
+        position_in_queue=r.in_queue,
         eta=r.eta,
+        rank=bytes(r.rank),
     )
     return Standing(entry=entry, at=r.at, claimed=r.claimed)
 
 
-def ahead(conn: Connection, cluster_queue: str, position: int, *, limit: int) -> list[Ahead]:
-    """The first ``limit`` workloads of ``cluster_queue`` before ``position``, in order."""
-    rows = conn.execute(_AHEAD, {"cq": cluster_queue, "position": position, "limit": limit})
+def ahead(conn: Connection, cluster_queue: str, rank: bytes, *, limit: int) -> list[Ahead]:
+    """The first ``limit`` workloads of ``cluster_queue`` ranked before ``rank``, in order."""
+    rows = conn.execute(_AHEAD, {"cq": cluster_queue, "rank": rank, "limit": limit})
     return [
         Ahead(
             workload=f"{r.namespace}/{r.name}",
-            position=r.position_in_queue,
+            position=i,
             reason=r.reason,
             gpus=int(r.gpus),
         )
-        for r in rows
+        for i, r in enumerate(rows, start=1)
     ]
 
 

@@ -15,6 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
+from queuemgr.core.model import WorkloadId
+from queuemgr.core.reasons import Decisions
 from tests.integration.cli.conftest import Invoke, Login
 from tests.integration.controller.helpers import make_loop, run_one_cycle
 
@@ -123,6 +125,50 @@ def test_the_board_answers_as_an_evaluated_cycle_does(
     assert table.exit_code == 0 and "As of:" in table.output
 
 
+def test_a_queue_ordered_by_usage_reads_as_the_leader_placed_it(
+    cli: Invoke, engine: Engine, applied: object
+) -> None:
+    """team-b's ClusterQueue ranks its two LocalQueues by usage: its rows hold positions
+    as ranks (they move as usage does), not the queue order's keys. The leader's own
+    last cycle is the reference: an evaluated one orders by the usage last saved,
+    which may be older than the leader's."""
+    assert cli("cq", "edit", "team-b", "--ordering", "usage").exit_code == 0
+    assert cli("lq", "create", "shared", "-n", "team-a", "-c", "team-b").exit_code == 0
+
+    def submit(ns: str, queue: str, name: str, pods: int) -> None:
+        r = cli("submit", "-q", queue, "-n", ns, "--name", name, "--gpus", "8",
+                "--pods", str(pods), "--", "x")  # fmt: skip
+        assert r.exit_code == 0, r.output
+
+    loop, elector, _ = make_loop(engine)
+    seen: list[Decisions] = []
+    loop._on_cycle = lambda d, _now: seen.append(d)
+    assert elector.step()
+    try:
+        submit("team-b", "default", "b-run", 1)  # team-b's LocalQueue gets usage
+        loop.run_once()
+        # In queue order b-0 and b-1 come first; by usage team-a's LocalQueue, which
+        # has none, comes before team-b's. Neither gang of 24 GPUs fits.
+        for name in ("b-0", "b-1"):
+            submit("team-b", "default", name, 3)
+        submit("team-a", "shared", "a-0", 3)
+        loop.run_once()
+        loop.run_once()
+    finally:
+        elector.stop()
+    pending = _pending(engine)
+    assert len(pending) >= 3
+    last = seen[-1].pending
+    for ns, name in pending:
+        board, leader = _why(cli, ns, name), last[WorkloadId(f"{ns}/{name}")]
+        assert board["source"] == "board"
+        assert (board["position_in_local_queue"], board["position_in_cluster_queue"]) == (
+            leader.position_in_local_queue,
+            leader.position_in_cluster_queue,
+        ), name
+        assert board["ahead_count"] == leader.position_in_cluster_queue - 1
+
+
 def test_a_cycle_moves_the_board_and_a_quiet_one_writes_nothing(
     cli: Invoke, engine: Engine, applied: object
 ) -> None:
@@ -141,7 +187,9 @@ def test_a_cycle_moves_the_board_and_a_quiet_one_writes_nothing(
         moved = loop.run_once()
     finally:
         elector.stop()
-    assert moved is not None and moved.board_written >= 2  # w0's row gone, w2's moved
+    # w0's row is gone; w2's, behind it, is as it was: its rank holds, and a reader
+    # counts its positions.
+    assert moved is not None and moved.board_written == 1
     after = _why(cli, "team-b", "w2")
     assert after["source"] == "board"
     assert after["position_in_local_queue"] == before["position_in_local_queue"] - 1

@@ -51,7 +51,9 @@ def _workload(rng: random.Random, i: int, now: float) -> Workload:
 
 def _plain(standings: list[QueueStanding]) -> _Rows:
     # Verdicts compare by what they say: a lazy detail is a new function each cycle.
-    return [(s.cluster_queue, [(*row[:5], said(row[5])) for row in s.rows]) for s in standings]
+    return [
+        (s.cluster_queue, [(*row[:5], said(row[5]), *row[6:]) for row in s.rows]) for s in standings
+    ]
 
 
 def _fresh(snapshot: Snapshot, now: float) -> _Rows:
