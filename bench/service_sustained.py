@@ -25,6 +25,9 @@ Figures, all read from the database after the run:
   thread: the loop, its commit writer, the listener, the leader's heartbeat);
   beside them the loop's, Postgres's and the submitter's CPU seconds and how
   busy the machine was, from the stream's start to its last admission;
+- status board rows written per admission (``board/adm``): the rows the
+  cycles' board writes touched (changed and removed), over the admissions; a
+  board that rewrites the queue behind each admission reads far above 1;
 - submit → admit latency p50/p99: the admitting UPDATE's clock (a
   row-level trigger in the scratch database logs it) minus the moment
   the submitter stamped the workload, just before its batch's transaction;
@@ -135,6 +138,7 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
                 phases = log.phases(cycles0)
                 cpu = sum(log.phases(cycles0, "cpu").values())
                 biggest = max((len(r.admitted) for r in log.reports[cycles0:]), default=0)
+                board = sum(r.board_written for r in log.reports[cycles0:])
             with engine.connect() as conn:
                 rows = conn.execute(_LATENCIES).all()
                 first = float(conn.execute(_FIRST_SUBMIT).scalar_one())
@@ -161,6 +165,7 @@ def one_round(rate: int, seconds: float, seed: int, tmp: Path, notify: bool) -> 
         "pending_at_end": pending_at_end,
         "cycles": cycles,
         "biggest": biggest,
+        "board": board / max(1, len(rows)),
         "phases": phases,
     }
 
@@ -193,7 +198,7 @@ def main() -> None:
         print(
             f"{'asked/s':>8}{'offered/s':>10}{'admitted/s':>11}{'sustained/s':>12}"
             f"{'CPU us/adm':>11}{'svc us/adm':>11}{'p50 ms':>9}{'p99 ms':>9}"
-            f"{'max ms':>9}{'behind':>8}{'cycles':>8}{'max/cyc':>8}"
+            f"{'max ms':>9}{'behind':>8}{'cycles':>8}{'max/cyc':>8}{'board/adm':>10}"
             + "".join(f"{p + ' s':>11}" for p in PHASES)
             + f"{'loop CPU s':>11}{'pg CPU s':>9}{'submit s':>9}{'busy %':>7}"
             + f"{'load avg':>17}"
@@ -211,7 +216,7 @@ def main() -> None:
                     f"{res['sustained']:>12.0f}{res['cpu_us']:>11.1f}{res['service_us']:>11.1f}"
                     f"{res['p50']:>9.1f}"
                     f"{res['p99']:>9.1f}{res['max']:>9.1f}{res['pending_at_end']:>8}"
-                    f"{res['cycles']:>8}{res['biggest']:>8}"
+                    f"{res['cycles']:>8}{res['biggest']:>8}{res['board']:>10.2f}"
                     + "".join(f"{res['phases'].get(p, 0.0):>11.2f}" for p in PHASES)
                     + f"{res['loop_cpu']:>11.1f}{res['pg_cpu']:>9.1f}"
                     + f"{res['submitter_cpu']:>9.1f}{100 * res['busy']:>7.0f}"
