@@ -1,4 +1,4 @@
-"""The status board holds each pending workload's rank, and its positions are counted when read.
+"""The status board holds each pending workload's rank and ETA class; readers count positions.
 
 Revision ID: 0023
 Revises: 0022
@@ -15,6 +15,12 @@ must stay true after it:
   workloads ahead leave;
 - readers count the positions: one plus the rows of its ClusterQueue (of its
   LocalQueue in that ClusterQueue) whose rank is lower, by the two indexes;
+- a row's ETA is its own (``eta``, with ``eta_class`` NULL), or that of its class
+  (``eta_class``: "<shape id>/<1 if it may borrow, else 0>"), kept once per
+  (ClusterQueue, class) in ``pending_class_etas``: a class's ETA moves as runs
+  end, and would otherwise rewrite every row of the class. That table names
+  ClusterQueues and shapes, no namespace: tenants read it whole, only the
+  scheduler and admins write it;
 - the rows are emptied here: the board is the leader's cache of its last cycle,
   and the next cycle writes every row again in the new form. The downgrade
   empties them too, for the same reason;
@@ -34,6 +40,7 @@ depends_on: str | Sequence[str] | None = None
 
 SCHEMA = "queuemgr_tenant_view"
 TENANT = "queuemgr_tenant"
+STAFF = "queuemgr_admin, queuemgr_scheduler"
 
 _VIEW = (
     f"CREATE VIEW {SCHEMA}.pending_statuses WITH (security_barrier) AS "
@@ -51,6 +58,16 @@ def upgrade() -> None:
     op.add_column("pending_statuses", sa.Column("namespace", sa.Text(), nullable=False))
     op.add_column("pending_statuses", sa.Column("local_queue", sa.Text(), nullable=False))
     op.add_column("pending_statuses", sa.Column("rank", sa.LargeBinary(), nullable=False))
+    op.add_column("pending_statuses", sa.Column("eta_class", sa.Text(), nullable=True))
+    op.create_table(
+        "pending_class_etas",
+        sa.Column("cluster_queue", sa.Text(), nullable=False),
+        sa.Column("class", sa.Text(), nullable=False),
+        sa.Column("eta", sa.Double(), nullable=True),
+        sa.PrimaryKeyConstraint("cluster_queue", "class", name="pk_pending_class_etas"),
+    )
+    op.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON pending_class_etas TO {STAFF}")
+    op.execute(f"GRANT SELECT ON pending_class_etas TO {TENANT}")
     op.create_index("ix_pending_statuses_rank", "pending_statuses", ["cluster_queue", "rank"])
     op.create_index(
         "ix_pending_statuses_local_rank",
@@ -66,6 +83,8 @@ def downgrade() -> None:
     op.execute("DELETE FROM pending_statuses")
     op.drop_index("ix_pending_statuses_local_rank", table_name="pending_statuses")
     op.drop_index("ix_pending_statuses_rank", table_name="pending_statuses")
+    op.drop_table("pending_class_etas")
+    op.drop_column("pending_statuses", "eta_class")
     op.drop_column("pending_statuses", "rank")
     op.drop_column("pending_statuses", "local_queue")
     op.drop_column("pending_statuses", "namespace")

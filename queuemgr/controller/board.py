@@ -6,8 +6,9 @@ Why it exists: every pending workload's positions and ETA must be readable
 The keeper remembers what the board holds (by workload row id) and hands the
 cycle's transaction only the entries that differ and the rows that left the
 queue (``store.status_board``). An entry holds the workload's rank in its
-queue, not its positions (which readers count), so an admission at the head
-changes no entry behind it.
+queue, not its positions (which readers count), and the class whose ETA it
+has, not the ETA, unless the cycle judged it on its own: an admission at the
+head changes no entry behind it, and a class's ETA that moved is one write.
 
 What must stay true:
 
@@ -30,21 +31,23 @@ from dataclasses import dataclass
 
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import PendingStatuses
-from queuemgr.core.standings import QueueStanding
+from queuemgr.core.standings import EtaClass, QueueStanding
 from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
-from queuemgr.store.status_board import Entry, read_board
+from queuemgr.store.status_board import ClassKey, Entry, read_board
 
 _Queue = ClusterQueueName | None
 # Per queue: the standing its rows were built from (None: read from the board),
-# and its rows by workload row id.
-_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry]]]
+# its rows by workload row id, and the ETA of each class its rows refer to.
+_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry], dict[EtaClass, float | None]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BoardChange:
     changed: Mapping[int, Entry]  # by workload row id
     gone: tuple[int, ...]
+    classes: Mapping[ClassKey, float | None]  # class ETAs new or moved
+    classes_gone: tuple[ClassKey, ...]
     after: _Held  # the whole board once written
     # Of the queues whose standing the board did not hold yet (the others are as
     # written): each pending workload's ETA (0.0: now), by queue, and its verdict.
@@ -74,11 +77,16 @@ class BoardKeeper:
         held = self._held
         if held is None:
             held = {}
-            for stored, entry in read_board(conn).items():
+            rows_read, classes_read = read_board(conn)
+            for stored, entry in rows_read.items():
                 at = None if entry[0] is None else ClusterQueueName(entry[0])
-                held.setdefault(at, (None, {}))[1][stored] = entry
+                held.setdefault(at, (None, {}, {}))[1][stored] = entry
+            for (cq_name, read_class), eta in classes_read.items():
+                held.setdefault(ClusterQueueName(cq_name), (None, {}, {}))[2][read_class] = eta
         after: _Held = {}
         changed: dict[int, Entry] = {}
+        classes: dict[ClassKey, float | None] = {}
+        classes_gone: list[ClassKey] = []
         left: list[int] = []
         etas: dict[_Queue, dict[WorkloadId, float | None]] = {}
         verdicts: dict[WorkloadId, Verdict] = {}
@@ -88,31 +96,47 @@ class BoardKeeper:
             if before is not None and before[0] is standing:
                 after[name] = before
                 continue
-            old = {} if before is None else before[1]
+            old, old_classes = ({}, {}) if before is None else before[1:]
             rows: dict[int, Entry] = {}
+            now_classes: dict[EtaClass, float | None] = {}
             seen = etas[name] = {}
-            for wid, cq, _, _, eta, verdict, lq, rank in standing.rows:
+            for wid, cq, _, _, eta, verdict, lq, rank, klass in standing.rows:
                 seen[wid] = eta
                 verdicts[wid] = verdict
                 rid = row_ids.get(wid)
                 if rid is None:  # not a stored row (a test's or a racing submission's)
                     continue
-                # Ranks, not positions: a row behind an admission is as it was.
-                entry = (cq, lq, rank, eta)
+                # Ranks, not positions, and a class's ETA kept once for the class: a row
+                # behind an admission, or whose class's ETA moved, is as it was.
+                if klass is None:
+                    entry = (cq, lq, rank, eta, None)
+                else:
+                    entry = (cq, lq, rank, None, klass)
+                    now_classes[klass] = eta
                 rows[rid] = entry
                 if old.get(rid) != entry:
                     changed[rid] = entry
+            if name is not None:
+                for klass, eta in now_classes.items():
+                    if klass not in old_classes or old_classes[klass] != eta:
+                        classes[(name, klass)] = eta
+                classes_gone.extend((name, k) for k in old_classes if k not in now_classes)
             # Carried next time only if every row is on the board.
-            after[name] = (standing if len(rows) == len(standing.rows) else None, rows)
+            carried = standing if len(rows) == len(standing.rows) else None
+            after[name] = (carried, rows, now_classes)
             left.extend(rid for rid in old if rid not in rows)
-        for name, (_, rows) in held.items():
+        for name, (_, rows, gone_classes) in held.items():
             if name not in after:
                 left.extend(rows)
+                if name is not None:
+                    classes_gone.extend((name, k) for k in gone_classes)
         # A row that moved to another queue (a new configuration) is changed, not gone.
         gone = tuple(rid for rid in left if rid not in changed)
         return BoardChange(
             changed=changed,
             gone=gone,
+            classes=classes,
+            classes_gone=tuple(classes_gone),
             after=after,
             etas=etas,
             verdicts=verdicts,

@@ -173,7 +173,7 @@ class StatusWriter(Worker):
             absorbed[standing.cluster_queue] = standing
             if self._absorbed.get(standing.cluster_queue) is standing:
                 continue
-            for wid, cq, lq_pos, cq_pos, eta, verdict, _, _ in standing.rows:
+            for wid, cq, lq_pos, cq_pos, eta, verdict, _, _, _ in standing.rows:
                 at = now if eta == 0.0 else eta
                 judged = PendingStatus.judged(wid, cq, verdict, (lq_pos, cq_pos), at)
                 fresh[wid] = pending_status(judged)

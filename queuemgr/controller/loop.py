@@ -221,7 +221,10 @@ class SchedulerLoop:
             - len(decisions.admitted),
             duration_s=duration,
             statuses_written=persisted.statuses_written,
-            board_written=len(board.changed) + len(board.gone),
+            board_written=len(board.changed)
+            + len(board.gone)
+            + len(board.classes)
+            + len(board.classes_gone),
             phases=phases.wall,
             cpu=phases.cpu,
         )

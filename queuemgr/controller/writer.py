@@ -88,7 +88,14 @@ class CycleWriter:
             # Where every workload left pending stands, in the same transaction as the
             # admissions that moved them: the board never shows an uncommitted cycle.
             board = self._board.diff(conn, d.pending, ids)
-            write_board(conn, board.changed, board.gone, now=now)
+            write_board(
+                conn,
+                board.changed,
+                board.gone,
+                classes=board.classes,
+                classes_gone=board.classes_gone,
+                now=now,
+            )
             persisted = persist_decisions(
                 conn, d, now=now, previous=previous, ids=ids, verdicts=board.verdicts
             )

@@ -49,8 +49,12 @@ if TYPE_CHECKING:
 # waits, when the queue is in queue order; its position otherwise (a queue ranked by
 # usage, the unroutable ones), which moves as those ahead leave.
 RowRank = int | tuple[int, float, str]
+EtaClass = tuple[ShapeId, bool]  # (shape, may borrow): what an ETA is keyed by
+_Class = EtaClass
 # (workload, its ClusterQueue, position in LocalQueue, in ClusterQueue, ETA, verdict,
-# its (namespace, LocalQueue), its rank)
+# its (namespace, LocalQueue), its rank, and the class whose ETA it has: (shape, may
+# borrow), or None when the cycle judged it on its own). A deep queue's rows share a
+# handful of class ETAs, which move together as runs end: a board keeps those apart.
 Row = tuple[
     WorkloadId,
     ClusterQueueName | None,
@@ -60,9 +64,9 @@ Row = tuple[
     Verdict,
     tuple[str, str],
     RowRank,
+    EtaClass | None,
 ]
 _Said = tuple[str, str, float | None]  # a verdict as it reads: reason, message, eta
-_Class = tuple[ShapeId, bool]  # (shape, may borrow): what an ETA is keyed by
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +310,7 @@ def _rows(
             cq_pos += 1
         lq = (w.namespace, w.queue)
         lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
+        key: _Class | None = None
         if may_borrow is None or w.id in judged:
             verdict = resolve(w, name)
             at = as_of(eta(w, name, verdict), now)
@@ -317,5 +322,5 @@ def _rows(
                 hit = shared[key] = (verdict, as_of(eta(w, name, verdict), now))
             verdict, at = hit
         rank: RowRank = w.order_key if in_queue_order else n_all
-        rows.append((w.id, name, n, cq_pos, at, verdict, lq, rank))
+        rows.append((w.id, name, n, cq_pos, at, verdict, lq, rank, key))
     return tuple(rows)

@@ -290,6 +290,23 @@ class PendingStatusRow(Base):
     local_queue: Mapped[str] = mapped_column(Text)
     rank: Mapped[bytes] = mapped_column(LargeBinary)  # status_board.rank_key: sorts its queue
     # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
+    # ahead of it allow), NULL for unknown or never. Ignored when ``eta_class`` is
+    # set: the row has its class's ETA (``pending_class_etas``).
+    eta: Mapped[float | None] = mapped_column(Double)
+    eta_class: Mapped[str | None] = mapped_column(Text)
+
+
+class PendingClassEtaRow(Base):
+    """The ETA of one class (shape, may borrow) of a ClusterQueue's pending workloads.
+
+    The rows of a class share it (``pending_statuses.eta_class``), so when runs end
+    and it moves, the leader writes it here once (store/status_board.py).
+    """
+
+    __tablename__ = "pending_class_etas"
+    cluster_queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    klass: Mapped[str] = mapped_column("class", Text, primary_key=True)
+    # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
     # ahead of it allow), NULL for unknown or never.
     eta: Mapped[float | None] = mapped_column(Double)
 

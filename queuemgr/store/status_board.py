@@ -26,6 +26,10 @@ What must stay true:
   the queue order's key (priority, creation, id) when the queue is in queue
   order, which a workload keeps while it waits; its position otherwise (a queue
   ordered by usage, the unroutable ones), rewritten when it moves;
+- a row's ETA is its own, or, for a row of a class that the cycle judged as a
+  whole (its shape, whether it may borrow), the class's, kept once per
+  (ClusterQueue, class) in ``pending_class_etas``: when runs end and that ETA
+  moves, one row is written, not the queue;
 - an ETA of 0 means "now" (it may start as soon as those ahead of it allow) and
   NULL means unknown or never, so a row does not change merely because time
   passed;
@@ -45,13 +49,28 @@ from datetime import datetime
 from sqlalchemy import Connection, text
 
 from queuemgr.core.resources import GPU
-from queuemgr.core.standings import RowRank
+from queuemgr.core.shapes import ShapeId
+from queuemgr.core.standings import EtaClass, RowRank
 from queuemgr.store import codec
 from queuemgr.store.arrays import literal
 
 # A row as the leader writes it: (ClusterQueue, (namespace, LocalQueue), rank,
-# ETA); a plain tuple, as tens of thousands may be compared in one cycle.
-Entry = tuple[str | None, tuple[str, str], RowRank, float | None]
+# its own ETA, the class whose ETA it has instead); a plain tuple, as tens of
+# thousands may be compared in one cycle. One of the last two is None.
+Entry = tuple[str | None, tuple[str, str], RowRank, float | None, EtaClass | None]
+# A class's ETA is kept per (ClusterQueue, class).
+ClassKey = tuple[str, EtaClass]
+
+
+def class_name(klass: EtaClass) -> str:
+    """How a class is stored: "<shape id>/<1 if it may borrow, else 0>"."""
+    return f"{klass[0]}/{int(klass[1])}"
+
+
+def class_of(name: str) -> EtaClass:
+    shape, _, borrow = name.partition("/")
+    return (ShapeId(int(shape)), borrow == "1")
+
 
 _INT64 = 1 << 63
 _MASK64 = (1 << 64) - 1
@@ -125,27 +144,47 @@ class Ahead:
 
 
 _UPSERT = text("""
-INSERT INTO pending_statuses (workload_id, cluster_queue, namespace, local_queue, rank, eta)
-SELECT d.id, d.cq, d.ns, d.lq, decode(d.rank, 'hex'), d.eta
+INSERT INTO pending_statuses
+    (workload_id, cluster_queue, namespace, local_queue, rank, eta, eta_class)
+SELECT d.id, d.cq, d.ns, d.lq, decode(d.rank, 'hex'), d.eta, d.class
 FROM unnest(CAST(:ids AS bigint[]), CAST(:cqs AS text[]), CAST(:nss AS text[]),
-            CAST(:lqs AS text[]), CAST(:ranks AS text[]), CAST(:etas AS double precision[]))
-     AS d(id, cq, ns, lq, rank, eta)
+            CAST(:lqs AS text[]), CAST(:ranks AS text[]), CAST(:etas AS double precision[]),
+            CAST(:classes AS text[]))
+     AS d(id, cq, ns, lq, rank, eta, class)
 WHERE EXISTS (SELECT 1 FROM workloads w WHERE w.id = d.id)
 ON CONFLICT (workload_id) DO UPDATE
 SET cluster_queue = excluded.cluster_queue, namespace = excluded.namespace,
-    local_queue = excluded.local_queue, rank = excluded.rank, eta = excluded.eta
+    local_queue = excluded.local_queue, rank = excluded.rank, eta = excluded.eta,
+    eta_class = excluded.eta_class
 """)
 _DELETE = text("DELETE FROM pending_statuses WHERE workload_id = ANY(CAST(:ids AS bigint[]))")
+_CLASS_UPSERT = text("""
+INSERT INTO pending_class_etas (cluster_queue, class, eta)
+SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[]),
+                     CAST(:etas AS double precision[]))
+ON CONFLICT (cluster_queue, class) DO UPDATE SET eta = excluded.eta
+""")
+_CLASS_DELETE = text("""
+DELETE FROM pending_class_etas
+WHERE (cluster_queue, class) IN (
+    SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[])))
+""")
+_READ_CLASSES = text("SELECT cluster_queue, class, eta FROM pending_class_etas")
 _STAMP = text("""
 INSERT INTO status_board (name, at) VALUES ('leader', :at)
 ON CONFLICT (name) DO UPDATE SET at = excluded.at
 """)
 _READ_ALL = text("""
-SELECT workload_id, cluster_queue, namespace, local_queue, rank, eta FROM pending_statuses
+SELECT workload_id, cluster_queue, namespace, local_queue, rank, eta, eta_class
+FROM pending_statuses
 """)
 # Positions are counted over the rows ranked before it, each count by an index.
 _READ_ONE = text("""
-SELECT s.cluster_queue, s.rank, s.eta, b.at, w.claim IS NOT NULL AS claimed,
+SELECT s.cluster_queue, s.rank, b.at, w.claim IS NOT NULL AS claimed,
+       CASE WHEN s.eta_class IS NULL THEN s.eta
+            ELSE (SELECT c.eta FROM pending_class_etas c
+                  WHERE c.cluster_queue = s.cluster_queue AND c.class = s.eta_class) END
+           AS eta,
        1 + (SELECT count(*) FROM pending_statuses o
             WHERE o.namespace = s.namespace AND o.local_queue = s.local_queue
               AND o.rank < s.rank
@@ -199,13 +238,33 @@ def write_board(
     changed: Mapping[int, Entry],
     gone: Collection[int],
     *,
+    classes: Mapping[ClassKey, float | None],
+    classes_gone: Collection[ClassKey],
     now: float,
 ) -> None:
-    """Write the entries that changed (by workload row id), drop those gone, stamp the time."""
+    """Write the entries and class ETAs that changed (entries by workload row id), drop
+    those gone, stamp the time."""
     if gone:
         conn.execute(_DELETE, {"ids": literal(list(gone))})
+    if classes_gone:
+        conn.execute(
+            _CLASS_DELETE,
+            {
+                "cqs": literal([cq for cq, _ in classes_gone]),
+                "classes": literal([class_name(k) for _, k in classes_gone]),
+            },
+        )
+    if classes:
+        conn.execute(
+            _CLASS_UPSERT,
+            {
+                "cqs": literal([cq for cq, _ in classes]),
+                "classes": literal([class_name(k) for _, k in classes]),
+                "etas": literal(list(classes.values())),
+            },
+        )
     if changed:
-        cqs, lqs, ranks, etas = zip(*changed.values(), strict=True)
+        cqs, lqs, ranks, etas, klasses = zip(*changed.values(), strict=True)
         conn.execute(
             _UPSERT,
             {
@@ -215,17 +274,21 @@ def write_board(
                 "lqs": literal([lq for _, lq in lqs]),
                 "ranks": literal([rank_key(r).hex() for r in ranks]),
                 "etas": literal(list(etas)),
+                "classes": literal([None if k is None else class_name(k) for k in klasses]),
             },
         )
     conn.execute(_STAMP, {"at": codec.timestamp(now)})
 
 
-def read_board(conn: Connection) -> dict[int, Entry]:
-    """Every entry, by workload row id: what a new leader compares its first cycle with."""
-    return {
-        wid: (cq, (ns, lq), rank_of(bytes(rank)), eta)
-        for wid, cq, ns, lq, rank, eta in conn.execute(_READ_ALL)
+def read_board(conn: Connection) -> tuple[dict[int, Entry], dict[ClassKey, float | None]]:
+    """Every entry, by workload row id, and every class ETA: what a new leader compares
+    its first cycle with."""
+    rows: dict[int, Entry] = {
+        wid: (cq, (ns, lq), rank_of(bytes(rank)), eta, None if k is None else class_of(k))
+        for wid, cq, ns, lq, rank, eta, k in conn.execute(_READ_ALL)
     }
+    classes = {(cq, class_of(k)): eta for cq, k, eta in conn.execute(_READ_CLASSES)}
+    return rows, classes
 
 
 def standing(conn: Connection, namespace: str, name: str) -> Standing | None:

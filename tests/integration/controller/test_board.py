@@ -1,0 +1,122 @@
+"""The status board's keeper writes what changed: a class's ETA once, not its rows.
+
+The keeper is driven with standings built by hand (one ClusterQueue: a head the
+cycle judged on its own, and three workloads that share their class's ETA), and
+its changes are written to the real board and read back as ``why`` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from queuemgr.controller.board import BoardChange, BoardKeeper
+from queuemgr.core.model import ClusterQueueName, WorkloadId
+from queuemgr.core.shapes import ShapeId
+from queuemgr.core.standings import EtaClass, QueueStanding, Row
+from queuemgr.core.verdicts import PendingReason, Verdict
+from queuemgr.store.status_board import standing, write_board
+from tests.integration.store.helpers import seed_config
+from tests.integration.store.test_mirror import NOW, _submit
+
+pytestmark = pytest.mark.integration
+
+CQ = ClusterQueueName("team-a")
+CLASS: EtaClass = (ShapeId(7), False)
+WAITING = Verdict(reason=PendingReason.QUOTA_EXCEEDED, detail="waits")
+NAMES = ("head", "b", "c", "d")
+
+
+class _Statuses:
+    """What the keeper reads of a cycle's statuses: its standings."""
+
+    def __init__(self, standings: Sequence[QueueStanding]) -> None:
+        self._standings = list(standings)
+
+    def by_queue(self) -> list[QueueStanding]:
+        return self._standings
+
+
+def _standing(names: Sequence[str], *, head_eta: float, class_eta: float) -> QueueStanding:
+    rows: list[Row] = []
+    for i, name in enumerate(names):
+        wid = WorkloadId(f"team-a/{name}")
+        rank = (0, NOW + NAMES.index(name), wid)
+        own = i == 0 and name == "head"
+        eta, klass = (head_eta, None) if own else (class_eta, CLASS)
+        rows.append((wid, CQ, i + 1, i + 1, eta, WAITING, ("team-a", "default"), rank, klass))
+    return QueueStanding(cluster_queue=CQ, rows=tuple(rows))
+
+
+def _apply(engine: Engine, keeper: BoardKeeper, st: QueueStanding, ids: Any) -> BoardChange:
+    with engine.begin() as conn:
+        change = keeper.diff(conn, _Statuses([st]), ids)  # type: ignore[arg-type]
+        write_board(
+            conn,
+            change.changed,
+            change.gone,
+            classes=change.classes,
+            classes_gone=change.classes_gone,
+            now=NOW,
+        )
+    keeper.written(change)
+    return change
+
+
+def _read(engine: Engine, name: str) -> tuple[int, float | None] | None:
+    with engine.connect() as conn:
+        found = standing(conn, "team-a", name)
+    return None if found is None else (found.entry.position_in_queue, found.entry.eta)
+
+
+def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engine) -> None:
+    seed_config(engine)
+    _submit(engine, *NAMES)
+    with engine.connect() as conn:
+        ids = {
+            WorkloadId(f"{r.namespace}/{r.name}"): r.id
+            for r in conn.execute(sa.text("SELECT id, namespace, name FROM workloads"))
+        }
+    keeper = BoardKeeper()
+    first = _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+    assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): 200.0}
+    assert [_read(engine, n) for n in NAMES] == [(1, 100.0), (2, 200.0), (3, 200.0), (4, 200.0)]
+
+    # Runs ended: the head's own ETA and its class's moved. Two writes, not four.
+    moved = _apply(engine, keeper, _standing(NAMES, head_eta=150.0, class_eta=300.0), ids)
+    assert set(moved.changed) == {ids[WorkloadId("team-a/head")]} and not moved.gone
+    assert dict(moved.classes) == {(CQ, CLASS): 300.0}
+    assert [_read(engine, n) for n in NAMES] == [(1, 150.0), (2, 300.0), (3, 300.0), (4, 300.0)]
+
+    # The head was admitted: its row goes, and the others' rows stay as written, their
+    # positions counted one lower.
+    left = _apply(engine, keeper, _standing(NAMES[1:], head_eta=0.0, class_eta=300.0), ids)
+    assert not left.changed and not left.classes
+    assert left.gone == (ids[WorkloadId("team-a/head")],)
+    assert [_read(engine, n) for n in NAMES[1:]] == [(1, 300.0), (2, 300.0), (3, 300.0)]
+
+    # The queue emptied: its rows and its class's ETA are dropped.
+    gone = _apply(engine, keeper, QueueStanding(cluster_queue=CQ, rows=()), ids)
+    assert len(gone.gone) == 3 and gone.classes_gone == ((CQ, CLASS),)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM pending_class_etas")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM pending_statuses")).scalar_one() == 0
+
+
+def test_a_new_leader_reads_the_class_etas_back(engine: Engine) -> None:
+    """A keeper that starts on a written board (a new leader) writes nothing for the
+    same standing: the rows' ranks and classes, and the classes' ETAs, read back equal."""
+    seed_config(engine)
+    _submit(engine, *NAMES)
+    with engine.connect() as conn:
+        ids = {
+            WorkloadId(f"{r.namespace}/{r.name}"): r.id
+            for r in conn.execute(sa.text("SELECT id, namespace, name FROM workloads"))
+        }
+    _apply(engine, BoardKeeper(), _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+    again = _apply(engine, BoardKeeper(), _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+    assert not again.changed and not again.gone and not again.classes and not again.classes_gone
