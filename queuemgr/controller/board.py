@@ -34,7 +34,7 @@ from queuemgr.core.reasons import PendingStatuses
 from queuemgr.core.standings import EtaClass, QueueStanding
 from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
-from queuemgr.store.status_board import ClassKey, Entry, read_board
+from queuemgr.store.status_board import ClassKey, Entry, read_board, write_board
 
 _Queue = ClusterQueueName | None
 # Per queue: the standing its rows were built from (None: read from the board),
@@ -145,3 +145,15 @@ class BoardKeeper:
 
     def written(self, change: BoardChange) -> None:
         self._held = change.after
+
+
+def write_change(conn: Tx, change: BoardChange, *, now: float) -> None:
+    """Write ``change`` in the caller's transaction (the cycle's own)."""
+    write_board(
+        conn,
+        change.changed,
+        change.gone,
+        classes=change.classes,
+        classes_gone=change.classes_gone,
+        now=now,
+    )

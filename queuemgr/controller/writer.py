@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 
-from queuemgr.controller.board import BoardChange, BoardKeeper
+from queuemgr.controller.board import BoardChange, BoardKeeper, write_change
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.store.decisions import Persisted, persist_decisions
@@ -36,7 +36,6 @@ from queuemgr.store.leadership import LeaderToken, fence
 from queuemgr.store.live import Status
 from queuemgr.store.mirror import StateMirror
 from queuemgr.store.state import StoredState
-from queuemgr.store.status_board import write_board
 from queuemgr.store.transitions import evict
 
 
@@ -88,14 +87,7 @@ class CycleWriter:
             # Where every workload left pending stands, in the same transaction as the
             # admissions that moved them: the board never shows an uncommitted cycle.
             board = self._board.diff(conn, d.pending, ids)
-            write_board(
-                conn,
-                board.changed,
-                board.gone,
-                classes=board.classes,
-                classes_gone=board.classes_gone,
-                now=now,
-            )
+            write_change(conn, board, now=now)
             persisted = persist_decisions(
                 conn, d, now=now, previous=previous, ids=ids, verdicts=board.verdicts
             )

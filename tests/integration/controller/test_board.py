@@ -14,12 +14,12 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.controller.board import BoardChange, BoardKeeper
+from queuemgr.controller.board import BoardChange, BoardKeeper, write_change
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.shapes import ShapeId
 from queuemgr.core.standings import EtaClass, QueueStanding, Row
 from queuemgr.core.verdicts import PendingReason, Verdict
-from queuemgr.store.status_board import standing, write_board
+from queuemgr.store.status_board import standing
 from tests.integration.store.helpers import seed_config
 from tests.integration.store.test_mirror import NOW, _submit
 
@@ -55,16 +55,20 @@ def _standing(names: Sequence[str], *, head_eta: float, class_eta: float) -> Que
 def _apply(engine: Engine, keeper: BoardKeeper, st: QueueStanding, ids: Any) -> BoardChange:
     with engine.begin() as conn:
         change = keeper.diff(conn, _Statuses([st]), ids)  # type: ignore[arg-type]
-        write_board(
-            conn,
-            change.changed,
-            change.gone,
-            classes=change.classes,
-            classes_gone=change.classes_gone,
-            now=NOW,
-        )
+        write_change(conn, change, now=NOW)
     keeper.written(change)
     return change
+
+
+def _workloads(engine: Engine) -> dict[WorkloadId, int]:
+    """The four workloads, submitted, by their row ids."""
+    seed_config(engine)
+    _submit(engine, *NAMES)
+    with engine.connect() as conn:
+        return {
+            WorkloadId(f"{r.namespace}/{r.name}"): r.id
+            for r in conn.execute(sa.text("SELECT id, namespace, name FROM workloads"))
+        }
 
 
 def _read(engine: Engine, name: str) -> tuple[int, float | None] | None:
@@ -74,13 +78,7 @@ def _read(engine: Engine, name: str) -> tuple[int, float | None] | None:
 
 
 def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engine) -> None:
-    seed_config(engine)
-    _submit(engine, *NAMES)
-    with engine.connect() as conn:
-        ids = {
-            WorkloadId(f"{r.namespace}/{r.name}"): r.id
-            for r in conn.execute(sa.text("SELECT id, namespace, name FROM workloads"))
-        }
+    ids = _workloads(engine)
     keeper = BoardKeeper()
     first = _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
     assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): 200.0}
@@ -110,13 +108,7 @@ def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engi
 def test_a_new_leader_reads_the_class_etas_back(engine: Engine) -> None:
     """A keeper that starts on a written board (a new leader) writes nothing for the
     same standing: the rows' ranks and classes, and the classes' ETAs, read back equal."""
-    seed_config(engine)
-    _submit(engine, *NAMES)
-    with engine.connect() as conn:
-        ids = {
-            WorkloadId(f"{r.namespace}/{r.name}"): r.id
-            for r in conn.execute(sa.text("SELECT id, namespace, name FROM workloads"))
-        }
+    ids = _workloads(engine)
     _apply(engine, BoardKeeper(), _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
     again = _apply(engine, BoardKeeper(), _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
     assert not again.changed and not again.gone and not again.classes and not again.classes_gone
