@@ -156,7 +156,11 @@ def phase_line(label: str, report: Any, fallback: float) -> tuple[str, float]:
     cpu = sum((getattr(report, "cpu", None) or {}).values())
     total = sum(phases.values()) or fallback
     ph = "".join(f"{phases.get(p, 0.0) * 1000:>10.0f}" for p in PHASES)
-    return f"{label:<24}{total * 1000:>10.0f}{ph}{cpu * 1000:>10.0f}", total
+    # Rows the cycle wrote: workloads' reasons and messages, status board rows.
+    written = (
+        f"{getattr(report, 'statuses_written', 0):>10}{getattr(report, 'board_written', 0):>8}"
+    )
+    return f"{label:<24}{total * 1000:>10.0f}{ph}{cpu * 1000:>10.0f}{written}", total
 
 
 def main() -> None:
@@ -239,7 +243,9 @@ def main() -> None:
         f"cycle: {states}"
     )
     print(
-        f"{'cycle':<24}{'total ms':>10}" + "".join(f"{p:>10}" for p in PHASES) + f"{'loop cpu':>10}"
+        f"{'cycle':<24}{'total ms':>10}"
+        + "".join(f"{p:>10}" for p in PHASES)
+        + f"{'loop cpu':>10}{'statuses':>10}{'board':>8}"
     )
     line, _ = phase_line(f"first (cold), {len(first.admitted)} adm.", first, cold)
     print(line)
