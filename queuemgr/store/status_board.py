@@ -4,7 +4,7 @@ Why it exists: a pending workload's positions and ETA come from a whole
 scheduling cycle, and evaluating one to answer ``why`` costs seconds at
 100,000 pending. The leader already runs that cycle; it writes here what each
 cycle leaves pending (``pending_statuses``, migrations 0015 and 0023) and when
-(``status_board``), and ``why`` reads one row, and the rows just ahead of it,
+(``status_board``), and ``why`` reads one row, and the first rows ahead of it,
 by index.
 
 A row holds its workload's *rank*, not its positions: a key that sorts its
@@ -56,7 +56,7 @@ from queuemgr.store.arrays import literal
 
 # A row as the leader writes it: (ClusterQueue, (namespace, LocalQueue), rank,
 # its own ETA, the class whose ETA it has instead); a plain tuple, as tens of
-# thousands may be compared in one cycle. One of the last two is None.
+# thousands may be compared in one cycle. The ETA is None when a class is named.
 Entry = tuple[str | None, tuple[str, str], RowRank, float | None, EtaClass | None]
 # A class's ETA is kept per (ClusterQueue, class).
 ClassKey = tuple[str, EtaClass]
