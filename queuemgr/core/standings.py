@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 # usage, the unroutable ones), which moves as those ahead leave.
 RowRank = int | tuple[int, float, str]
 EtaClass = tuple[ShapeId, bool]  # (shape, may borrow): what an ETA is keyed by
-_Class = EtaClass
 # (workload, its ClusterQueue, position in LocalQueue, in ClusterQueue, ETA, verdict,
 # its (namespace, LocalQueue), its rank, and the class whose ETA it has: (shape, may
 # borrow), or None when the cycle judged it on its own). A deep queue's rows share a
@@ -93,12 +92,12 @@ class _Members:
 
     ids: Mapping[WorkloadId, Workload]
     shapes: tuple[ShapeId, ...]
-    classes: tuple[tuple[_Class, Workload], ...]  # one workload standing for each class
+    classes: tuple[tuple[EtaClass, Workload], ...]  # one workload standing for each class
 
 
 def _members(cq: ClusterQueue, queue: PendingQueue) -> _Members:
     ids: dict[WorkloadId, Workload] = {}
-    classes: dict[_Class, Workload] = {}
+    classes: dict[EtaClass, Workload] = {}
     for run in queue.runs.values():
         for w in run:
             ids[w.id] = w
@@ -298,19 +297,18 @@ def _rows(
 ) -> tuple[Row, ...]:
     rows: list[Row] = []
     lq_pos: dict[tuple[str, str], int] = {}
-    cq_pos = n_all = 0
+    cq_pos = 0
     # A workload the cycle did not try itself has its shape's verdict and its class's
     # ETA: worked out once per (shape, may borrow), not once per workload.
     shared: dict[tuple[ShapeId, bool], tuple[Verdict, float | None]] = {}
     for w in ranked:
         if w.id in admitted:
             continue
-        n_all += 1
         if name is not None:
             cq_pos += 1
         lq = (w.namespace, w.queue)
         lq_pos[lq] = n = lq_pos.get(lq, 0) + 1
-        key: _Class | None = None
+        key: EtaClass | None = None
         if may_borrow is None or w.id in judged:
             verdict = resolve(w, name)
             at = as_of(eta(w, name, verdict), now)
@@ -321,6 +319,6 @@ def _rows(
                 verdict = resolve(w, name)
                 hit = shared[key] = (verdict, as_of(eta(w, name, verdict), now))
             verdict, at = hit
-        rank: RowRank = w.order_key if in_queue_order else n_all
+        rank: RowRank = w.order_key if in_queue_order else len(rows) + 1
         rows.append((w.id, name, n, cq_pos, at, verdict, lq, rank, key))
     return tuple(rows)
