@@ -6,9 +6,11 @@ Why it exists: every pending workload's positions and ETA must be readable
 The keeper remembers what the board holds (by workload row id) and hands the
 cycle's transaction only the entries that differ and the rows that left the
 queue (``store.status_board``). An entry holds the workload's rank in its
-queue, not its positions (which readers count), and the class whose ETA it
-has, not the ETA, unless the cycle judged it on its own: an admission at the
-head changes no entry behind it, and a class's ETA that moved is one write.
+queue, not its positions (which readers count), and the class whose ETA and
+message it has, not those, unless the cycle judged it on its own: an admission
+at the head changes no entry behind it, and a class's ETA or message that moved
+is one write. The workloads of a class are handed to the cycle's status write
+as :attr:`BoardChange.shared`, whose own rows then hold no message to rewrite.
 
 What must stay true:
 
@@ -34,25 +36,28 @@ from queuemgr.core.reasons import PendingStatuses
 from queuemgr.core.standings import EtaClass, QueueStanding
 from queuemgr.core.verdicts import Verdict
 from queuemgr.store.handle import Tx
-from queuemgr.store.status_board import ClassKey, Entry, read_board, write_board
+from queuemgr.store.status_board import ClassEntry, ClassKey, Entry, read_board, write_board
 
 _Queue = ClusterQueueName | None
 # Per queue: the standing its rows were built from (None: read from the board),
-# its rows by workload row id, and the ETA of each class its rows refer to.
-_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry], dict[EtaClass, float | None]]]
+# its rows by workload row id, and the ETA and message of each class its rows refer to.
+_Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry], dict[EtaClass, ClassEntry]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BoardChange:
     changed: Mapping[int, Entry]  # by workload row id
     gone: tuple[int, ...]
-    classes: Mapping[ClassKey, float | None]  # class ETAs new or moved
+    classes: Mapping[ClassKey, ClassEntry]  # classes new, or whose ETA or message moved
     classes_gone: tuple[ClassKey, ...]
     after: _Held  # the whole board once written
     # Of the queues whose standing the board did not hold yet (the others are as
     # written): each pending workload's ETA (0.0: now), by queue, and its verdict.
     etas: Mapping[_Queue, Mapping[WorkloadId, float | None]]
     verdicts: Mapping[WorkloadId, Verdict]
+    # Of those, the ones whose message the board keeps with their class: their own
+    # rows hold an empty one (``store.decisions.persist_decisions``).
+    shared: frozenset[WorkloadId]
     queues: frozenset[_Queue]  # every queue with pending workloads
 
 
@@ -81,11 +86,12 @@ class BoardKeeper:
             for stored, entry in rows_read.items():
                 at = None if entry[0] is None else ClusterQueueName(entry[0])
                 held.setdefault(at, (None, {}, {}))[1][stored] = entry
-            for (cq_name, read_class), eta in classes_read.items():
-                held.setdefault(ClusterQueueName(cq_name), (None, {}, {}))[2][read_class] = eta
+            for (cq_name, read_class), kept in classes_read.items():
+                held.setdefault(ClusterQueueName(cq_name), (None, {}, {}))[2][read_class] = kept
         after: _Held = {}
         changed: dict[int, Entry] = {}
-        classes: dict[ClassKey, float | None] = {}
+        classes: dict[ClassKey, ClassEntry] = {}
+        shared: set[WorkloadId] = set()
         classes_gone: list[ClassKey] = []
         left: list[int] = []
         etas: dict[_Queue, dict[WorkloadId, float | None]] = {}
@@ -98,7 +104,7 @@ class BoardKeeper:
                 continue
             old, old_classes = ({}, {}) if before is None else before[1:]
             rows: dict[int, Entry] = {}
-            now_classes: dict[EtaClass, float | None] = {}
+            now_classes: dict[EtaClass, ClassEntry] = {}
             seen = etas[name] = {}
             for wid, cq, _, _, eta, verdict, lq, rank, klass in standing.rows:
                 seen[wid] = eta
@@ -112,14 +118,16 @@ class BoardKeeper:
                     entry = (cq, lq, rank, eta, None)
                 else:
                     entry = (cq, lq, rank, None, klass)
-                    now_classes[klass] = eta
+                    shared.add(wid)
+                    if klass not in now_classes:  # the words are put together once a class
+                        now_classes[klass] = (eta, verdict.message)
                 rows[rid] = entry
                 if old.get(rid) != entry:
                     changed[rid] = entry
             if name is not None:
-                for klass, eta in now_classes.items():
-                    if klass not in old_classes or old_classes[klass] != eta:
-                        classes[(name, klass)] = eta
+                for klass, said in now_classes.items():
+                    if old_classes.get(klass) != said:
+                        classes[(name, klass)] = said
                 classes_gone.extend((name, k) for k in old_classes if k not in now_classes)
             # Carried next time only if every row is on the board.
             carried = standing if len(rows) == len(standing.rows) else None
@@ -140,6 +148,7 @@ class BoardKeeper:
             after=after,
             etas=etas,
             verdicts=verdicts,
+            shared=frozenset(shared),
             queues=frozenset(after),
         )
 

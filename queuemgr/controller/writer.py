@@ -89,7 +89,13 @@ class CycleWriter:
             board = self._board.diff(conn, d.pending, ids)
             write_change(conn, board, now=now)
             persisted = persist_decisions(
-                conn, d, now=now, previous=previous, ids=ids, verdicts=board.verdicts
+                conn,
+                d,
+                now=now,
+                previous=previous,
+                ids=ids,
+                verdicts=board.verdicts,
+                shared=board.shared,
             )
             for e in d.evicted:
                 evict(conn, e.victim.workload.id, now=now, reason="Preempted", message=e.message)

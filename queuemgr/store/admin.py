@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, and_, delete, func, insert, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
@@ -33,6 +33,8 @@ from queuemgr.store.models import (
     CohortRow,
     Flavor,
     LocalQueueRow,
+    PendingClassRow,
+    PendingStatusRow,
     PlacementRow,
     PodSetRow,
     WorkloadRow,
@@ -223,6 +225,23 @@ class WorkloadInfo:
     placements: list[Json]
 
 
+def _message() -> Any:
+    """A workload's message: its class's, from the status board, when the leader keeps
+    it there (the workload's own row then holds an empty one), else its own."""
+    w = WorkloadRow.__table__
+    s = PendingStatusRow.__table__
+    c = PendingClassRow.__table__
+    of_class = (
+        select(c.c.message)
+        .select_from(
+            s.join(c, and_(c.c.cluster_queue == s.c.cluster_queue, c.c["class"] == s.c.eta_class))
+        )
+        .where(s.c.workload_id == w.c.id)
+        .scalar_subquery()
+    )
+    return func.coalesce(of_class, w.c.message).label("message")
+
+
 def workload_infos(
     conn: Connection,
     *,
@@ -231,7 +250,8 @@ def workload_infos(
     queue: str | None = None,
     include_finished: bool = False,
 ) -> list[WorkloadInfo]:
-    q = select(WorkloadRow.__table__).order_by(WorkloadRow.namespace, WorkloadRow.created_at)
+    own = [col for col in WorkloadRow.__table__.c if col.name != "message"]
+    q = select(*own, _message()).order_by(WorkloadRow.namespace, WorkloadRow.created_at)
     if namespace is not None:
         q = q.where(WorkloadRow.namespace == namespace)
     if name is not None:

@@ -14,7 +14,7 @@ victims and cleared in the one that admits it (or ends the claim).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, text
@@ -108,6 +108,7 @@ def persist_decisions(
     previous: Mapping[WorkloadId, Status] | None = None,
     ids: Mapping[WorkloadId, int] | None = None,
     verdicts: Mapping[WorkloadId, Verdict] | None = None,
+    shared: Collection[WorkloadId] = frozenset(),
 ) -> Persisted:
     """Write one cycle's decisions atomically; StateConflict if any admission lost a race.
 
@@ -119,12 +120,17 @@ def persist_decisions(
     ``verdicts`` (when the caller resolved them already, ``PendingStatuses.by_queue``)
     limits the status writes to those workloads, whose verdict may have changed: the
     caller vouches that every other pending one is as ``previous`` holds it.
+    ``shared`` are the workloads whose message the status board keeps with their class
+    (``controller.board``): their rows get an empty message, so a message that changed
+    for a whole class (the room its queue has free) is not written once per workload.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions, ids)
-        statuses = _write_statuses(conn, decisions, at, previous, versions, ids, verdicts)
+        statuses = _write_statuses(
+            conn, decisions, at, previous, versions, ids, verdicts, shared
+        )
         # Last, so that ``versions`` holds each row's final version.
         claims = _write_claims(conn, decisions, versions)
     return Persisted(
@@ -227,12 +233,13 @@ def _write_statuses(
     versions: dict[WorkloadId, int],
     ids: Mapping[WorkloadId, int] | None,
     verdicts: Mapping[WorkloadId, Verdict] | None,
+    shared: Collection[WorkloadId],
 ) -> dict[WorkloadId, Status]:
     changed: dict[WorkloadId, Status] = {}
     statuses = decisions.pending
     # Only the verdict is needed (not positions or ETAs), and workloads of one
     # shape share one verdict: put each verdict's words together once.
-    words: dict[int, tuple[WorkloadState, str, str]] = {}
+    words: dict[tuple[int, bool], tuple[WorkloadState, str, str]] = {}
     if verdicts is not None:
         pairs: Iterable[tuple[WorkloadId, Verdict | None]] = verdicts.items()
     else:
@@ -240,11 +247,13 @@ def _write_statuses(
     for wid, verdict in pairs:
         if verdict is None:  # not pending any more (admitted by this cycle)
             continue
-        new = words.get(id(verdict))
+        kept = wid in shared
+        new = words.get((id(verdict), kept))
         if new is None:
             inadmissible = verdict.reason is PendingReason.INADMISSIBLE
             state = WorkloadState.INADMISSIBLE if inadmissible else WorkloadState.PENDING
-            new = words[id(verdict)] = (state, verdict.reason.value, verdict.message)
+            message = "" if kept else verdict.message
+            new = words[(id(verdict), kept)] = (state, verdict.reason.value, message)
         old = None if previous is None else previous.get(wid)
         if old != new:
             changed[wid] = new

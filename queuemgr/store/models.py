@@ -281,6 +281,14 @@ class PendingStatusRow(Base):
     __table_args__ = (
         Index("ix_pending_statuses_rank", "cluster_queue", "rank"),
         Index("ix_pending_statuses_local_rank", "namespace", "local_queue", "rank"),
+        # A tenant reads a class's message only where a workload of its own waits in it.
+        Index(
+            "ix_pending_statuses_class",
+            "cluster_queue",
+            "eta_class",
+            "namespace",
+            postgresql_where=text("eta_class IS NOT NULL"),
+        ),
     )
     workload_id: Mapped[int] = mapped_column(
         BigInteger, ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
@@ -291,24 +299,28 @@ class PendingStatusRow(Base):
     rank: Mapped[bytes] = mapped_column(LargeBinary)  # status_board.rank_key: sorts its queue
     # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
     # ahead of it allow), NULL for unknown or never. Ignored when ``eta_class`` is
-    # set: the row has its class's ETA (``pending_class_etas``).
+    # set: the row has its class's ETA and message (``pending_classes``).
     eta: Mapped[float | None] = mapped_column(Double)
     eta_class: Mapped[str | None] = mapped_column(Text)
 
 
-class PendingClassEtaRow(Base):
-    """The ETA of one class (shape, may borrow) of a ClusterQueue's pending workloads.
+class PendingClassRow(Base):
+    """The ETA and message of one class (shape, may borrow) of a ClusterQueue's pending
+    workloads.
 
-    The rows of a class share it (``pending_statuses.eta_class``), so when runs end
-    and it moves, the leader writes it here once (store/status_board.py).
+    The rows of a class share them (``pending_statuses.eta_class``), so when runs end
+    and the ETA moves, or the room free changes the message, the leader writes them
+    here once (store/status_board.py), not in every workload of the class.
     """
 
-    __tablename__ = "pending_class_etas"
+    __tablename__ = "pending_classes"
     cluster_queue: Mapped[str] = mapped_column(Text, primary_key=True)
     klass: Mapped[str] = mapped_column("class", Text, primary_key=True)
     # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
     # ahead of it allow), NULL for unknown or never.
     eta: Mapped[float | None] = mapped_column(Double)
+    # The class's verdict in words; its workloads' own rows hold an empty message.
+    message: Mapped[str] = mapped_column(Text, server_default=text("''"))
 
 
 class StatusBoardRow(Base):

@@ -28,8 +28,10 @@ What must stay true:
   ordered by usage, the unroutable ones), rewritten when it moves;
 - a row's ETA is its own, or, for a row of a class that the cycle judged as a
   whole (its shape, whether it may borrow), the class's, kept once per
-  (ClusterQueue, class) in ``pending_class_etas``: when runs end and that ETA
-  moves, one row is written, not the queue;
+  (ClusterQueue, class) in ``pending_classes`` with the class's message: when runs
+  end and that ETA moves, or the room free changes the message, one row is
+  written, not the queue (the class's workloads hold an empty message of their
+  own, and ``store.admin`` reads theirs from here);
 - an ETA of 0 means "now" (it may start as soon as those ahead of it allow) and
   NULL means unknown or never, so a row does not change merely because time
   passed;
@@ -58,8 +60,9 @@ from queuemgr.store.arrays import literal
 # its own ETA, the class whose ETA it has instead); a plain tuple, as tens of
 # thousands may be compared in one cycle. The ETA is None when a class is named.
 Entry = tuple[str | None, tuple[str, str], RowRank, float | None, EtaClass | None]
-# A class's ETA is kept per (ClusterQueue, class).
+# A class's ETA and message are kept per (ClusterQueue, class).
 ClassKey = tuple[str, EtaClass]
+ClassEntry = tuple[float | None, str]  # (ETA, message)
 
 
 def class_name(klass: EtaClass) -> str:
@@ -159,17 +162,17 @@ SET cluster_queue = excluded.cluster_queue, namespace = excluded.namespace,
 """)
 _DELETE = text("DELETE FROM pending_statuses WHERE workload_id = ANY(CAST(:ids AS bigint[]))")
 _CLASS_UPSERT = text("""
-INSERT INTO pending_class_etas (cluster_queue, class, eta)
+INSERT INTO pending_classes (cluster_queue, class, eta, message)
 SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[]),
-                     CAST(:etas AS double precision[]))
-ON CONFLICT (cluster_queue, class) DO UPDATE SET eta = excluded.eta
+                     CAST(:etas AS double precision[]), CAST(:messages AS text[]))
+ON CONFLICT (cluster_queue, class) DO UPDATE SET eta = excluded.eta, message = excluded.message
 """)
 _CLASS_DELETE = text("""
-DELETE FROM pending_class_etas
+DELETE FROM pending_classes
 WHERE (cluster_queue, class) IN (
     SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[])))
 """)
-_READ_CLASSES = text("SELECT cluster_queue, class, eta FROM pending_class_etas")
+_READ_CLASSES = text("SELECT cluster_queue, class, eta, message FROM pending_classes")
 _STAMP = text("""
 INSERT INTO status_board (name, at) VALUES ('leader', :at)
 ON CONFLICT (name) DO UPDATE SET at = excluded.at
@@ -182,7 +185,7 @@ FROM pending_statuses
 _READ_ONE = text("""
 SELECT s.cluster_queue, s.rank, b.at, w.claim IS NOT NULL AS claimed,
        CASE WHEN s.eta_class IS NULL THEN s.eta
-            ELSE (SELECT c.eta FROM pending_class_etas c
+            ELSE (SELECT c.eta FROM pending_classes c
                   WHERE c.cluster_queue = s.cluster_queue AND c.class = s.eta_class) END
            AS eta,
        1 + (SELECT count(*) FROM pending_statuses o
@@ -238,11 +241,11 @@ def write_board(
     changed: Mapping[int, Entry],
     gone: Collection[int],
     *,
-    classes: Mapping[ClassKey, float | None],
+    classes: Mapping[ClassKey, ClassEntry],
     classes_gone: Collection[ClassKey],
     now: float,
 ) -> None:
-    """Write the entries and class ETAs that changed (entries by workload row id), drop
+    """Write the entries and classes (ETA, message) that changed (entries by workload row id), drop
     those gone, stamp the time."""
     if gone:
         conn.execute(_DELETE, {"ids": literal(list(gone))})
@@ -260,7 +263,8 @@ def write_board(
             {
                 "cqs": literal([cq for cq, _ in classes]),
                 "classes": literal([class_name(k) for _, k in classes]),
-                "etas": literal(list(classes.values())),
+                "etas": literal([eta for eta, _ in classes.values()]),
+                "messages": literal([message for _, message in classes.values()]),
             },
         )
     if changed:
@@ -280,14 +284,16 @@ def write_board(
     conn.execute(_STAMP, {"at": codec.timestamp(now)})
 
 
-def read_board(conn: Connection) -> tuple[dict[int, Entry], dict[ClassKey, float | None]]:
-    """Every entry, by workload row id, and every class ETA: what a new leader compares
-    its first cycle with."""
+def read_board(conn: Connection) -> tuple[dict[int, Entry], dict[ClassKey, ClassEntry]]:
+    """Every entry, by workload row id, and every class's ETA and message: what a new
+    leader compares its first cycle with."""
     rows: dict[int, Entry] = {
         wid: (cq, (ns, lq), rank_of(bytes(rank)), eta, None if k is None else class_of(k))
         for wid, cq, ns, lq, rank, eta, k in conn.execute(_READ_ALL)
     }
-    classes = {(cq, class_of(k)): eta for cq, k, eta in conn.execute(_READ_CLASSES)}
+    classes = {
+        (cq, class_of(k)): (eta, message) for cq, k, eta, message in conn.execute(_READ_CLASSES)
+    }
     return rows, classes
 
 

@@ -1,4 +1,4 @@
-"""The status board's keeper writes what changed: a class's ETA once, not its rows.
+"""The status board's keeper writes what changed: a class's ETA and message once, not its rows.
 
 The keeper is driven with standings built by hand (one ClusterQueue: a head the
 cycle judged on its own, and three workloads that share their class's ETA), and
@@ -41,14 +41,18 @@ class _Statuses:
         return self._standings
 
 
-def _standing(names: Sequence[str], *, head_eta: float, class_eta: float) -> QueueStanding:
+def _standing(
+    names: Sequence[str], *, head_eta: float, class_eta: float, said: str = "waits"
+) -> QueueStanding:
     rows: list[Row] = []
+    shared = Verdict(reason=PendingReason.QUOTA_EXCEEDED, detail=said)
     for i, name in enumerate(names):
         wid = WorkloadId(f"team-a/{name}")
         rank = (0, NOW + NAMES.index(name), wid)
         own = i == 0 and name == "head"
         eta, klass = (head_eta, None) if own else (class_eta, CLASS)
-        rows.append((wid, CQ, i + 1, i + 1, eta, WAITING, ("team-a", "default"), rank, klass))
+        verdict = WAITING if own else shared
+        rows.append((wid, CQ, i + 1, i + 1, eta, verdict, ("team-a", "default"), rank, klass))
     return QueueStanding(cluster_queue=CQ, rows=tuple(rows))
 
 
@@ -81,13 +85,14 @@ def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engi
     ids = _workloads(engine)
     keeper = BoardKeeper()
     first = _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
-    assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): 200.0}
+    assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): (200.0, "waits")}
+    assert first.shared == {WorkloadId(f"team-a/{n}") for n in NAMES[1:]}
     assert [_read(engine, n) for n in NAMES] == [(1, 100.0), (2, 200.0), (3, 200.0), (4, 200.0)]
 
     # Runs ended: the head's own ETA and its class's moved. Two writes, not four.
     moved = _apply(engine, keeper, _standing(NAMES, head_eta=150.0, class_eta=300.0), ids)
     assert set(moved.changed) == {ids[WorkloadId("team-a/head")]} and not moved.gone
-    assert dict(moved.classes) == {(CQ, CLASS): 300.0}
+    assert dict(moved.classes) == {(CQ, CLASS): (300.0, "waits")}
     assert [_read(engine, n) for n in NAMES] == [(1, 150.0), (2, 300.0), (3, 300.0), (4, 300.0)]
 
     # The head was admitted: its row goes, and the others' rows stay as written, their
@@ -101,8 +106,25 @@ def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engi
     gone = _apply(engine, keeper, QueueStanding(cluster_queue=CQ, rows=()), ids)
     assert len(gone.gone) == 3 and gone.classes_gone == ((CQ, CLASS),)
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT count(*) FROM pending_class_etas")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM pending_classes")).scalar_one() == 0
         assert conn.execute(sa.text("SELECT count(*) FROM pending_statuses")).scalar_one() == 0
+
+
+def test_a_class_message_that_moved_is_one_write(engine: Engine) -> None:
+    """The room free changed, and with it the words of the class's verdict: one class
+    row is written, no workload's entry."""
+    ids = _workloads(engine)
+    keeper = BoardKeeper()
+    _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0, said="4 free"), ids)
+    moved = _apply(
+        engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0, said="3 free"), ids
+    )
+    assert not moved.changed and not moved.gone
+    assert dict(moved.classes) == {(CQ, CLASS): (200.0, "3 free")}
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT message FROM pending_classes")).scalars().all() == [
+            "3 free"
+        ]
 
 
 def test_a_new_leader_reads_the_class_etas_back(engine: Engine) -> None:

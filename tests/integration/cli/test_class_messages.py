@@ -1,0 +1,109 @@
+"""A class's message is kept once, on the status board, and every reader shows it.
+
+The workloads of one shape that a cycle judged as a whole share one verdict, whose
+message tells the room their queue has free. When that room changes (a small
+workload is admitted beside them), the leader writes the class's message once;
+the workloads' own rows are not rewritten, and ``status``, ``list`` and ``why``
+show each of them the class's new words, as a cycle evaluated afresh gives them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from queuemgr.controller.report import CycleReport
+from tests.integration.cli.conftest import Invoke, Login
+from tests.integration.controller.helpers import make_loop
+
+pytestmark = pytest.mark.integration
+
+WAITING = [f"w{i}" for i in range(8)]
+
+
+def _submit(cli: Invoke, ns: str, name: str, gpus: int, pods: int = 1) -> None:
+    r = cli("submit", "-q", "default", "-n", ns, "--name", name, "--gpus", str(gpus),
+            "--pods", str(pods), "--", "x")  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def _doc(cli: Invoke, *args: str) -> Any:
+    r = cli(*args, "-o", "json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def _settle_then_change(cli: Invoke, engine: Engine) -> tuple[dict[str, str], CycleReport]:
+    """team-b's waiting gangs of 8 GPUs, one class, told "4 free"; then a small one is
+    admitted beside them, and the cycle after that tells them "3 free". The messages
+    before, and that cycle's report."""
+    _submit(cli, "team-a", "a-run", 8, pods=2)  # team-a's 16: nothing to lend
+    _submit(cli, "team-b", "b-run", 4)  # team-b has 4 of its 8 left
+    for name in WAITING:
+        _submit(cli, "team-b", name, 8)
+    loop, elector, _ = make_loop(engine)
+    assert elector.step()
+    try:
+        for _ in range(3):
+            loop.run_once()
+        before = {n: _doc(cli, "status", n, "-n", "team-b")["message"] for n in WAITING}
+        _submit(cli, "team-b", "b-small", 1)
+        loop.run_once()  # admits it; the heads it tried before that were told "4 free"
+        moved = loop.run_once()
+    finally:
+        elector.stop()
+    assert moved is not None
+    return before, moved
+
+
+def test_a_class_message_that_changed_is_written_once_and_read_by_all(
+    cli: Invoke, engine: Engine, applied: object
+) -> None:
+    before, moved = _settle_then_change(cli, engine)
+    assert all("queue has 4 free of 8" in m for m in before.values())
+    # The head, judged on its own, is written; the seven behind it share one class row.
+    assert (moved.statuses_written, moved.board_written) == (1, 1)
+    shown = {n: _doc(cli, "status", n, "-n", "team-b")["message"] for n in WAITING}
+    listed = {
+        d["name"]: d["message"]
+        for d in _doc(cli, "list", "-n", "team-b")["workloads"]
+        if d["name"] in shown
+    }
+    assert listed == shown
+    assert all("queue has 3 free of 8" in m for m in shown.values()), shown
+    assert len(set(shown[n] for n in WAITING[1:])) == 1
+    for name in (WAITING[0], WAITING[3], WAITING[-1]):
+        evaluated = _doc(cli, "why", name, "-n", "team-b", "--evaluate")
+        board = _doc(cli, "why", name, "-n", "team-b")
+        assert board["source"] == "board"
+        assert shown[name] == board["message"] == evaluated["message"], name
+    with engine.connect() as conn:  # the class's rows hold none of their own
+        own = dict(
+            conn.execute(
+                sa.text("SELECT name, message FROM workloads WHERE namespace = 'team-b'")
+            ).all()
+        )
+    assert [own[n] for n in WAITING[1:]] == [""] * (len(WAITING) - 1)
+    assert own[WAITING[0]] == shown[WAITING[0]]
+
+
+def test_a_tenant_reads_only_the_classes_it_waits_in(
+    logins: dict[str, Login], cli: Invoke, engine: Engine
+) -> None:
+    """A class's message may name another namespace's workload (here team-a's a-run, which
+    team-b's gangs wait for): team-a's tenant, with no workload in the class, reads no
+    row of it; team-b's reads its own workloads' messages."""
+    _settle_then_change(cli, engine)
+    mine = logins["b"].cli("status", WAITING[-1], "-n", "team-b", "-o", "json")
+    assert mine.exit_code == 0, mine.output
+    theirs = _doc(logins["admin"].cli, "status", WAITING[-1], "-n", "team-b")
+    assert json.loads(mine.output)["message"] == theirs["message"]
+    assert "free of 8" in theirs["message"]  # b-job, admitted beside them, holds one more
+    for key, visible in (("a", set()), ("b", {"team-b"}), ("admin", {"team-b"})):
+        with sa.create_engine(logins[key].url).connect() as conn:
+            seen = conn.execute(sa.text("SELECT cluster_queue FROM pending_classes")).scalars()
+            assert set(seen) == visible, key
