@@ -205,9 +205,11 @@ class Service:
             return
         self._stopped.set()
         self.jobs.stop()
-        self.elector.stop()
         self.listener.stop()
+        # The cycle in flight commits under the lease it began with; the lease goes after
+        # it. Released first, the cycle's fence would find it gone and drop its decisions.
         self.loop.stop()
+        self.elector.stop()
         if self.kube is not None:
             self.kube.stop()
         self.http.stop()

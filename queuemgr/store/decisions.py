@@ -128,9 +128,7 @@ def persist_decisions(
     versions: dict[WorkloadId, int] = {}
     with atomic(conn):
         admitted = _admit(conn, decisions.admitted, at, versions, ids)
-        statuses = _write_statuses(
-            conn, decisions, at, previous, versions, ids, verdicts, shared
-        )
+        statuses = _write_statuses(conn, decisions, at, previous, versions, ids, verdicts, shared)
         # Last, so that ``versions`` holds each row's final version.
         claims = _write_claims(conn, decisions, versions)
     return Persisted(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from sqlalchemy import Engine
 
@@ -98,6 +100,34 @@ def test_the_leader_records_its_replica_and_knobs_for_why(service: Service, engi
     assert settings is not None and settings.replica == service.config.replica
     assert settings.policy["reservation_depth"] == 1  # the fixture's scheduler: knobs
     assert settings.policy["preemptor_admission"] == "after_victims_stop"
+
+
+def test_a_stop_during_a_cycle_lets_it_commit_then_hands_the_lease_over(
+    service: Service, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``stop`` while a cycle runs: the cycle commits under the lease it began with, and
+    only then is the lease released. Released first, the cycle's fence would find the
+    lease gone, its admissions would be thrown away, and every clean shutdown during a
+    cycle would warn that the lease is gone."""
+    wait_for(lambda: service.elector.is_leader, timeout=5)
+    running, real = threading.Event(), service.loop.run_once
+
+    def slow() -> object:
+        running.set()
+        time.sleep(0.5)  # stop() is called meanwhile
+        return real()
+
+    service.loop.run_once = slow  # type: ignore[method-assign]
+    with engine.begin() as conn:
+        submit_workload(conn, gang("late", created_at=time.time()))
+    service.loop.wake()
+    assert running.wait(5)
+    service.stop()
+    assert states(engine)["late"] == "Admitted"
+    assert "is gone" not in caplog.text
+    with engine.connect() as conn:
+        held = conn.execute(sa.text("SELECT holder_pid FROM scheduler_lease")).scalar()
+    assert held is None  # released: a standby takes over at once
 
 
 def test_readyz_fails_when_the_loop_is_not_running(service: Service) -> None:
