@@ -109,8 +109,9 @@ def handled(f: F) -> F:
             _die(exc.reason, EXIT_BAD_INPUT)  # the submit function's checks
         except SchemaMissing as exc:
             _die(
-                f"database error: {exc.reason}: the database lacks queuemgr's "
-                "tables; create them with `queuemgr db upgrade`",
+                f"database error: {exc.reason}: the database lacks queuemgr's tables, or "
+                "holds those of an older queuemgr; create or upgrade them with "
+                "`queuemgr db upgrade`",
                 EXIT_FAILURE,
             )
         except StoreError as exc:  # DatabaseError, above, is one too: its message is the user's

@@ -48,7 +48,8 @@ class InvalidValue(StoreError):
 
 
 class SchemaMissing(StoreError):
-    """A table queuemgr needs is missing: the database was never upgraded."""
+    """A table queuemgr needs is missing: the database was never upgraded, or not since
+    this queuemgr added the table."""
 
 
 # The server's SQLSTATE classes a caller distinguishes, by psycopg's exception class.
