@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from fractions import Fraction
 
 import pytest
@@ -22,12 +23,14 @@ from queuemgr.core.model import (
     QueueingStrategy,
     ReclaimWithinCohort,
 )
+from queuemgr.store import codec
 from queuemgr.store.cohorts import upsert_cohort
 from queuemgr.store.config_objects import (
     load_config,
     retire_nodes,
     upsert_cluster_queue,
     upsert_cluster_queues,
+    upsert_local_queue,
     upsert_local_queues,
     upsert_node,
     upsert_nodes,
@@ -171,6 +174,52 @@ def test_bulk_queue_upserts_write_only_what_changed(engine: Engine) -> None:
     with engine.connect() as conn:
         config = load_config(conn)[0]
     assert config.cluster_queues == {CQ.name: smaller, second.name: second}
+
+
+def test_bulk_queue_upserts_audit_as_one_by_one_does(engine: Engine) -> None:
+    """The same queues written in bulk and one by one: the same audit rows (a cohort
+    they name created first), and the same stored queues."""
+    seed_config(engine)
+    made = [
+        dataclasses.replace(CQ, name=ClusterQueueName(f"q{i}"), cohort=CohortName(f"c{i % 2}"))
+        for i in range(4)
+    ]
+    lqs = [
+        LocalQueue(namespace=f"ns{i}", name="default", cluster_queue=q.name)
+        for i, q in enumerate(made)
+    ]
+    start = len(_audit(engine))
+    with engine.begin() as conn:
+        assert upsert_cluster_queues(conn, made[:2], actor="os:bob") == ["q0", "q1"]
+        for q in made[2:]:
+            assert upsert_cluster_queue(conn, q, actor="os:bob")
+        assert upsert_local_queues(conn, lqs[:2], actor="os:bob") == 2
+        for lq in lqs[2:]:
+            assert upsert_local_queue(conn, lq, actor="os:bob")
+    rows = _audit(engine)[start:]
+    # In bulk, the cohorts the queues name are created first; one by one, they exist.
+    assert [(r.action, r.object_kind, r.object_name) for r in rows] == [
+        ("create", "Cohort", "c0"),
+        ("create", "Cohort", "c1"),
+        ("create", "ClusterQueue", "q0"),
+        ("create", "ClusterQueue", "q1"),
+        ("create", "ClusterQueue", "q2"),
+        ("create", "ClusterQueue", "q3"),
+        ("create", "LocalQueue", "ns0/default"),
+        ("create", "LocalQueue", "ns1/default"),
+        ("create", "LocalQueue", "ns2/default"),
+        ("create", "LocalQueue", "ns3/default"),
+    ]
+    by_name = {q.name: q for q in made}
+    for r in rows[2:6]:
+        assert r.before is None
+        assert r.after == json.loads(json.dumps(codec.cluster_queue_json(by_name[r.object_name])))
+    assert [r.after for r in rows[6:]] == [
+        json.loads(json.dumps(codec.local_queue_json(lq))) for lq in lqs
+    ]
+    with engine.connect() as conn:
+        config = load_config(conn)[0]
+    assert {q.name: config.cluster_queues[q.name] for q in made} == {q.name: q for q in made}
 
 
 def test_preemption_min_runtime_round_trips_and_is_audited(engine: Engine) -> None:
