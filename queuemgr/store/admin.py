@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, select
+from sqlalchemy import Connection, and_, case, delete, func, insert, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
@@ -227,7 +227,9 @@ class WorkloadInfo:
 
 def _message() -> Any:
     """A workload's message: its class's, from the status board, when the leader keeps
-    it there (the workload's own row then holds an empty one), else its own."""
+    it there (the workload's own row then holds an empty one), else its own. Only a
+    queued one's: a workload cancelled since the last cycle still has a board row until
+    the next, and its own message says why it ended."""
     w = WorkloadRow.__table__
     s = PendingStatusRow.__table__
     c = PendingClassRow.__table__
@@ -239,7 +241,8 @@ def _message() -> Any:
         .where(s.c.workload_id == w.c.id)
         .scalar_subquery()
     )
-    return func.coalesce(of_class, w.c.message).label("message")
+    queued = w.c.state.in_([WorkloadState.PENDING, WorkloadState.INADMISSIBLE])
+    return case((queued, func.coalesce(of_class, w.c.message)), else_=w.c.message).label("message")
 
 
 def workload_infos(

@@ -89,6 +89,10 @@ def test_a_class_message_that_changed_is_written_once_and_read_by_all(
         )
     assert [own[n] for n in WAITING[1:]] == [""] * (len(WAITING) - 1)
     assert own[WAITING[0]] == shown[WAITING[0]]
+    # Cancelled before the next cycle, it still has its board row: its own words show.
+    assert cli("cancel", WAITING[-1], "-n", "team-b").exit_code == 0
+    gone = _doc(cli, "status", WAITING[-1], "-n", "team-b")
+    assert gone["state"] == "Finished" and gone["message"].startswith("cancelled by"), gone
 
 
 def test_a_tenant_reads_only_the_classes_it_waits_in(
