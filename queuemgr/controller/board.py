@@ -35,7 +35,7 @@ from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import PendingStatuses
 from queuemgr.core.standings import EtaClass, QueueStanding
 from queuemgr.core.verdicts import Verdict
-from queuemgr.store.handle import Tx
+from queuemgr.store.handle import Database, Tx
 from queuemgr.store.status_board import ClassEntry, ClassKey, Entry, read_board, write_board
 
 _Queue = ClusterQueueName | None
@@ -70,19 +70,24 @@ class BoardKeeper:
 
     def diff(
         self,
-        conn: Tx,
+        db: Database,
         statuses: PendingStatuses,
         row_ids: Mapping[WorkloadId, int],
     ) -> BoardChange:
         """The writes that bring the board to ``statuses``; reads the board if not known.
 
+        Called before the cycle's transaction, not in it: at 100,000 pending a new
+        leader's first diff is seconds of Python, and a fenced transaction left idle that
+        long ends its own session (``store.leadership.fence``). Reading the board in a
+        transaction of its own is safe: once elected, this leader is the only writer.
         A queue whose standing is the very object last written (``core.standings``
         carried it) is skipped whole: its rows, verdicts and ETAs are as written.
         """
         held = self._held
         if held is None:
             held = {}
-            rows_read, classes_read = read_board(conn)
+            with db.read() as conn:
+                rows_read, classes_read = read_board(conn)
             for stored, entry in rows_read.items():
                 at = None if entry[0] is None else ClusterQueueName(entry[0])
                 held.setdefault(at, (None, {}, {}))[1][stored] = entry

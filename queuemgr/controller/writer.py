@@ -19,6 +19,9 @@ What must stay true:
   everything again) and the board keeper as it was;
 - one transaction at a time: a cycle waits for its own before it returns,
   whatever happened to the fold meanwhile.
+- the status board's diff is worked out before the transaction opens: a fenced
+  transaction that sits idle past ``FENCED_IDLE_TIMEOUT`` ends its own session,
+  and a new leader's first diff at 100,000 pending takes seconds.
 """
 
 from __future__ import annotations
@@ -82,11 +85,12 @@ class CycleWriter:
         ids: Mapping[WorkloadId, int],
         previous: Mapping[WorkloadId, Status],
     ) -> tuple[Persisted, BoardChange]:
+        # Worked out before the transaction: it may take seconds (a new leader's first).
+        board = self._board.diff(self._db, d.pending, ids)
         with self._db.write() as conn:
             fence(conn, token)
             # Where every workload left pending stands, in the same transaction as the
             # admissions that moved them: the board never shows an uncommitted cycle.
-            board = self._board.diff(conn, d.pending, ids)
             write_change(conn, board, now=now)
             persisted = persist_decisions(
                 conn,

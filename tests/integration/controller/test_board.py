@@ -19,6 +19,7 @@ from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.shapes import ShapeId
 from queuemgr.core.standings import EtaClass, QueueStanding, Row
 from queuemgr.core.verdicts import PendingReason, Verdict
+from queuemgr.store.handle import Database
 from queuemgr.store.status_board import standing
 from tests.integration.store.helpers import seed_config
 from tests.integration.store.test_mirror import NOW, _submit
@@ -57,8 +58,8 @@ def _standing(
 
 
 def _apply(engine: Engine, keeper: BoardKeeper, st: QueueStanding, ids: Any) -> BoardChange:
+    change = keeper.diff(Database(engine), _Statuses([st]), ids)  # type: ignore[arg-type]
     with engine.begin() as conn:
-        change = keeper.diff(conn, _Statuses([st]), ids)  # type: ignore[arg-type]
         write_change(conn, change, now=NOW)
     keeper.written(change)
     return change

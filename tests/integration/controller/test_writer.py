@@ -8,13 +8,15 @@ mirror must then read exactly what a fresh load reads.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from queuemgr.controller.board import BoardKeeper
+from queuemgr.controller.board import BoardChange, BoardKeeper
 from queuemgr.controller.leader import LeaderElector
 from queuemgr.controller.loop import SERVICE_POLICY
 from queuemgr.controller.writer import CycleWriter
@@ -22,6 +24,7 @@ from queuemgr.core.cycle import schedule
 from queuemgr.core.model import WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.metrics import SchedulerMetrics
+from queuemgr.store import leadership
 from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken
 from queuemgr.store.mirror import StateMirror
@@ -117,3 +120,27 @@ def test_a_fold_that_fails_still_waits_for_its_transaction(
     _same(
         mirror.refresh(Database(engine), now=NOW + 11), load_state(Database(engine), now=NOW + 11)
     )
+
+
+def test_a_slow_board_diff_does_not_idle_the_fenced_transaction(
+    engine: Engine, token: LeaderToken, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new leader's first board diff at 100,000 pending is seconds of Python. A fenced
+    transaction left idle past its limit ends its own session, so the diff must run
+    before the transaction opens: here it outlasts a limit cut to 0.3 s, and the cycle
+    still commits."""
+    monkeypatch.setattr(leadership, "_IDLE", "300ms")
+    slow = BoardKeeper.diff
+
+    def diff(self: BoardKeeper, *args: Any, **kwargs: Any) -> BoardChange:
+        time.sleep(0.6)
+        return slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(BoardKeeper, "diff", diff)
+    _, writer, state, decisions = _cycle(engine)
+    try:
+        persisted, _ = writer.commit(token, decisions, state, NOW + 10)
+    finally:
+        writer.shutdown()
+    assert persisted.admitted == 2
+    assert states(engine) == {"a": "Admitted", "b": "Admitted"}
