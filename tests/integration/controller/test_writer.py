@@ -25,6 +25,7 @@ from queuemgr.core.model import WorkloadId
 from queuemgr.core.reasons import Decisions
 from queuemgr.metrics import SchedulerMetrics
 from queuemgr.store import leadership
+from queuemgr.store.decisions import Persisted
 from queuemgr.store.handle import Database
 from queuemgr.store.leadership import LeaderToken
 from queuemgr.store.mirror import StateMirror
@@ -60,15 +61,21 @@ def _cycle(engine: Engine) -> tuple[StateMirror, CycleWriter, StoredState, Decis
     return mirror, CycleWriter(Database(engine), mirror, BoardKeeper()), state, decisions
 
 
+def _commit(
+    writer: CycleWriter, token: LeaderToken, decisions: Decisions, state: StoredState
+) -> Persisted:
+    """The cycle committed, and the writer's thread shut down whatever happened."""
+    try:
+        return writer.commit(token, decisions, state, NOW + 10)[0]
+    finally:
+        writer.shutdown()
+
+
 def test_a_committed_cycle_is_folded_in_without_reading_it_again(
     engine: Engine, token: LeaderToken
 ) -> None:
     mirror, writer, state, decisions = _cycle(engine)
-    try:
-        persisted, _ = writer.commit(token, decisions, state, NOW + 10)
-    finally:
-        writer.shutdown()
-    assert persisted.admitted == 2
+    assert _commit(writer, token, decisions, state).admitted == 2
     again = mirror.refresh(Database(engine), now=NOW + 11)
     assert mirror.rows_read == 0  # both admissions were folded in, at their new versions
     _same(again, load_state(Database(engine), now=NOW + 11))
@@ -138,9 +145,5 @@ def test_a_slow_board_diff_does_not_idle_the_fenced_transaction(
 
     monkeypatch.setattr(BoardKeeper, "diff", diff)
     _, writer, state, decisions = _cycle(engine)
-    try:
-        persisted, _ = writer.commit(token, decisions, state, NOW + 10)
-    finally:
-        writer.shutdown()
-    assert persisted.admitted == 2
+    assert _commit(writer, token, decisions, state).admitted == 2
     assert states(engine) == {"a": "Admitted", "b": "Admitted"}
