@@ -20,8 +20,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from fractions import Fraction
 
-from sqlalchemy import Connection, delete, insert, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Connection, delete, insert, select, tuple_
 
 from queuemgr.core.model import (
     ClusterQueue,
@@ -179,17 +178,13 @@ def _write(
 ) -> bool:
     """Upsert a row keyed by name when it changed, with its audit row; True if changed."""
     if before != after:
-        values = dict(after)
-        conn.execute(
-            pg_insert(table)
-            .values(values)
-            .on_conflict_do_update(index_elements=[table.name], set_=values)
-        )
+        upsert_rows(conn, table, ("name",), [after])
     return audit_change(conn, actor=actor, kind=kind, name=name, before=before, after=after)
 
 
 def _cluster_queue_json(conn: Connection, name: str) -> Json | None:
-    return _cluster_queue_jsons(conn, [name]).get(name)
+    """One stored ClusterQueue, its row locked (a "before" to audit)."""
+    return _cluster_queue_jsons(conn, [name], locked=True).get(name)
 
 
 def _cluster_queue_jsons(
@@ -214,11 +209,24 @@ def _cluster_queue_jsons(
 def upsert_cluster_queues(
     conn: Connection, cqs: Collection[ClusterQueue], *, actor: str
 ) -> list[str]:
-    """``upsert_cluster_queue`` for those that differ from what is stored, in a few
-    statements whatever their number (one by one, 1,000 queues took 6 s of a service's
-    first start). Each change is audited as ``upsert_cluster_queue`` audits it, a cohort
-    they name is created first when missing, and a queue is written unstopped. The
-    names of those that changed."""
+    """Create or replace the ClusterQueues that differ from what is stored, with their
+    quotas, in a few statements whatever their number (one by one, 1,000 queues took 6 s
+    of a service's first start), each written unstopped and audited, a cohort they name
+    created first when missing. The names of those that changed."""
+    return _upsert_cluster_queues(conn, cqs, actor=actor, stopped=frozenset())
+
+
+def upsert_cluster_queue(
+    conn: Connection, cq: ClusterQueue, *, actor: str, stopped: bool = False
+) -> bool:
+    """Create or replace a ClusterQueue and its quotas; creates its cohort when missing."""
+    held = frozenset({cq.name}) if stopped else frozenset()
+    return bool(_upsert_cluster_queues(conn, [cq], actor=actor, stopped=held))
+
+
+def _upsert_cluster_queues(
+    conn: Connection, cqs: Collection[ClusterQueue], *, actor: str, stopped: frozenset[str]
+) -> list[str]:
     cqs = list({cq.name: cq for cq in cqs}.values())  # one row may change once a statement
     if not cqs:
         return []
@@ -227,7 +235,8 @@ def upsert_cluster_queues(
         changes = [
             (cq.name, stored.get(cq.name), after)
             for cq in cqs
-            if (after := codec.cluster_queue_json(cq, stopped=False)) != stored.get(cq.name)
+            if (after := codec.cluster_queue_json(cq, stopped=cq.name in stopped))
+            != stored.get(cq.name)
         ]
         if not changes:
             return []
@@ -249,20 +258,19 @@ def upsert_cluster_queues(
 
 
 def upsert_local_queues(conn: Connection, lqs: Collection[LocalQueue], *, actor: str) -> int:
-    """``upsert_local_queue`` for those that differ from what is stored, in a few
-    statements; how many changed."""
-    lqs = list({(lq.namespace, lq.name): lq for lq in lqs}.values())
-    if not lqs:
+    """Create or update the LocalQueues that differ from what is stored, in a few
+    statements, each audited; how many changed."""
+    by_key = {(lq.namespace, lq.name): lq for lq in lqs}
+    if not by_key:
         return 0
     with atomic(conn):
-        stored = {
-            (r["namespace"], r["name"]): dict(r)
-            for r in rows(conn, select(LocalQueueRow.__table__).with_for_update())
-        }
+        key = tuple_(LocalQueueRow.namespace, LocalQueueRow.name)
+        query = select(LocalQueueRow.__table__).where(key.in_(list(by_key)))
+        stored = {(r["namespace"], r["name"]): dict(r) for r in rows(conn, query.with_for_update())}
         changes = [
-            (f"{lq.namespace}/{lq.name}", stored.get((lq.namespace, lq.name)), after)
-            for lq in lqs
-            if (after := codec.local_queue_json(lq)) != stored.get((lq.namespace, lq.name))
+            (f"{ns}/{name}", stored.get((ns, name)), after)
+            for (ns, name), lq in by_key.items()
+            if (after := codec.local_queue_json(lq)) != stored.get((ns, name))
         ]
         if not changes:
             return 0
@@ -272,64 +280,8 @@ def upsert_local_queues(conn: Connection, lqs: Collection[LocalQueue], *, actor:
         return len(changes)
 
 
-def upsert_cluster_queue(
-    conn: Connection, cq: ClusterQueue, *, actor: str, stopped: bool = False
-) -> bool:
-    """Create or replace a ClusterQueue and its quotas; creates its cohort when missing."""
-    with atomic(conn):
-        if cq.cohort is not None:
-            ensure_cohort(conn, cq.cohort, actor=actor)
-        before = _cluster_queue_json(conn, cq.name)
-        after = codec.cluster_queue_json(cq, stopped=stopped)
-        if before != after:
-            row = {k: v for k, v in after.items() if k != "flavors"}
-            conn.execute(
-                pg_insert(ClusterQueueRow)
-                .values(row)
-                .on_conflict_do_update(index_elements=[ClusterQueueRow.name], set_=row)
-            )
-            conn.execute(
-                delete(ClusterQueueQuota).where(ClusterQueueQuota.cluster_queue == cq.name)
-            )
-            if after["flavors"]:
-                conn.execute(
-                    insert(ClusterQueueQuota),
-                    [
-                        {"cluster_queue": cq.name, "position": i, **q}
-                        for i, q in enumerate(after["flavors"])
-                    ],
-                )
-        return audit_change(
-            conn, actor=actor, kind="ClusterQueue", name=cq.name, before=before, after=after
-        )
-
-
 def upsert_local_queue(conn: Connection, lq: LocalQueue, *, actor: str) -> bool:
-    with atomic(conn):
-        old = locked_one(
-            conn,
-            select(LocalQueueRow.__table__).where(
-                LocalQueueRow.namespace == lq.namespace, LocalQueueRow.name == lq.name
-            ),
-        )
-        before = None if old is None else dict(old)
-        after = codec.local_queue_json(lq)
-        if before != after:
-            conn.execute(
-                pg_insert(LocalQueueRow)
-                .values(after)
-                .on_conflict_do_update(
-                    index_elements=[LocalQueueRow.namespace, LocalQueueRow.name], set_=after
-                )
-            )
-        return audit_change(
-            conn,
-            actor=actor,
-            kind="LocalQueue",
-            name=f"{lq.namespace}/{lq.name}",
-            before=before,
-            after=after,
-        )
+    return upsert_local_queues(conn, [lq], actor=actor) == 1
 
 
 def load_config(conn: Connection) -> tuple[Config, frozenset[ClusterQueueName]]:
