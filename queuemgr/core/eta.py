@@ -49,7 +49,7 @@ from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reservations import Planner
 from queuemgr.core.shapes import ShapeId
 from queuemgr.core.snapshot import Snapshot
-from queuemgr.core.timeline import PodCounter, Timeline
+from queuemgr.core.timeline import NodeDeltas, PodCounter, Timeline, node_deltas
 
 # Releases are grouped by the quota they touch: a cohort's, or a queue's of no cohort.
 _Pool = tuple[CohortName | None, ClusterQueueName | None, FlavorName]
@@ -136,6 +136,10 @@ class Etas:
         line = planner.timeline(admitted_now, evicted, now)
         self._known, self._ends = line.known, line.ends
         self._group_end_list: list[int] | None = None
+        # Per node, what this cycle's admissions and evictions moved, and what each group
+        # of releases gives back (by its first index): summed once, applied per shape.
+        self._cycle_deltas: NodeDeltas | None = None
+        self._group_deltas: dict[int, NodeDeltas] = {}
         self._pools: dict[_Pool, list[int]] | None = None
         self._ledger: QuotaLedger | None = None
         self._starts: dict[tuple[ClusterQueueName, ShapeId, bool], float | None] = {}
@@ -238,9 +242,11 @@ class Etas:
         if key in self._nodes:
             return self._nodes[key]
         counter = PodCounter(self._snapshot, flavor, w.pod_sets[0])
-        counter.change(self._admitted_now, 1)
-        counter.change(self._evicted.values(), -1)
-        known, group_end = self._known, self._group_end
+        if self._cycle_deltas is None:
+            moved = node_deltas(self._admitted_now, 1)
+            self._cycle_deltas = node_deltas(self._evicted.values(), -1, into=moved)
+        counter.apply(self._cycle_deltas)
+        known, group_end, groups = self._known, self._group_end, self._group_deltas
         k: int | None = 0
         while not counter.enough():
             assert k is not None
@@ -248,7 +254,10 @@ class Etas:
                 k = None
                 break
             nxt = group_end[k]
-            counter.change(known[k:nxt], -1)
+            released = groups.get(k)
+            if released is None:
+                released = groups[k] = node_deltas(known[k:nxt], -1)
+            counter.apply(released)
             k = nxt
         self._nodes[key] = k
         return k

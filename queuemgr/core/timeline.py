@@ -48,6 +48,34 @@ def expected_end(a: AdmittedWorkload, now: float) -> float | None:
     return a.admitted_at + limit
 
 
+# What runs take from each node (negative) or give back (positive), summed per node
+# and resource. It depends on the runs alone, not on the shape or flavor counted, so
+# one group of releases is summed once and every counter walking it applies the sum.
+NodeDeltas = Mapping[NodeName, Mapping[ResourceName, int]]
+
+
+def node_deltas(
+    workloads: Iterable[AdmittedWorkload],
+    sign: int,
+    into: dict[NodeName, dict[ResourceName, int]] | None = None,
+) -> dict[NodeName, dict[ResourceName, int]]:
+    """The free capacity each node loses as ``workloads`` start (sign 1) or gains as
+    they end (sign -1), added to ``into`` when given."""
+    moved = {} if into is None else into
+    for a in workloads:
+        pod_sets = a.workload.pod_sets
+        single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
+        per_pod = {p.name: p.node_requests for p in pod_sets} if single is None else {}
+        for p in a.admission.placements:
+            delta = moved.get(p.node)
+            if delta is None:
+                delta = moved[p.node] = {}
+            pods = sign * p.count
+            for r, v in (single if single is not None else per_pod[p.pod_set]).items():
+                delta[r] = delta.get(r, 0) - v * pods
+    return moved
+
+
 class Timeline:
     """Running workloads with a known end, sorted by (end, id); the ids of the others."""
 
@@ -172,35 +200,26 @@ class PodCounter:
         return self._total >= self._needed
 
     def change(self, workloads: Iterable[AdmittedWorkload], sign: int) -> None:
-        """``workloads`` now hold their capacity (sign 1) or have released it (sign -1).
+        """``workloads`` now hold their capacity (sign 1) or have released it (sign -1)."""
+        self.apply(node_deltas(workloads, sign))
 
-        A node's count depends only on its final free capacity, so the changes are summed
-        per node first and each node changed is counted once. Called for every running
-        workload a reservation's walk passes, so the lookups are inlined: a node counts
-        if its class is eligible and it matches the pod set's selector.
+    def apply(self, moved: NodeDeltas) -> None:
+        """Each node's free capacity moved by its delta (``node_deltas``).
+
+        A node's count depends only on its final free capacity, so each node changed
+        is counted once. Called for every group of runs a walk passes, for every shape,
+        so the lookups are inlined: a node counts if its class is eligible and it
+        matches the pod set's selector.
         """
         topo, ps = self._topology, self._ps
         class_of, classes, selector = topo.class_of, self._classes, ps.node_selector
-        moved: dict[NodeName, dict[ResourceName, int]] = {}
-        for a in workloads:
-            pod_sets = a.workload.pod_sets
-            single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
-            per_pod = {p.name: p.node_requests for p in pod_sets} if single is None else {}
-            for p in a.admission.placements:
-                node = p.node
-                cls = class_of.get(node)
-                if cls is None or cls.index not in classes:
-                    continue
-                if selector and not topo.node_matches(node, ps):
-                    continue
-                delta = moved.get(node)
-                if delta is None:
-                    delta = moved[node] = {}
-                pods = sign * p.count
-                for r, v in (single if single is not None else per_pod[p.pod_set]).items():
-                    delta[r] = delta.get(r, 0) - v * pods
         wanted, frees, counts = ps.node_requests, self._free, self._count
         for node, delta in moved.items():
+            cls = class_of.get(node)
+            if cls is None or cls.index not in classes:
+                continue
+            if selector and not topo.node_matches(node, ps):
+                continue
             free = frees.get(node)
             if free is None:  # first change of the node: its count is the snapshot's
                 free = frees[node] = dict(self._base.get(node, {}))
