@@ -40,6 +40,7 @@ from queuemgr.core.model import ClusterQueueName, FlavorName, NodeName, Workload
 from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.reasons import Decisions, Eviction, PreemptionReason
 from queuemgr.core.resources import GPU, ResourceName
+from queuemgr.core.shapes import ShapeId
 from queuemgr.core.snapshot import Snapshot, admitted_requests
 from queuemgr.core.verdicts import BACKING_OFF, PendingReason
 from queuemgr.metrics.families import MetricFamilies
@@ -227,19 +228,29 @@ class SchedulerMetrics(MetricFamilies):
                 for res in fq.nominal:
                     demand.set(0, name, fq.flavor, res)
         admitted = decisions.admitted_ids()
-        statuses = decisions.pending
+        verdict = decisions.pending.verdict
         routed = ((cq, w) for cq, queue in snapshot.pending.items() for w in queue)
         unroutable = (("", w) for w in snapshot.unroutable)
+        # Counted per series first: a deep backlog is a few shapes in a few queues, and
+        # a workload's demand is its shape's (equal shapes request the same).
+        counts: dict[tuple[str, str, str, str], int] = {}
+        shapes: dict[tuple[str, ShapeId], tuple[int, Mapping[ResourceName, int]]] = {}
         for cq_name, w in (*routed, *unroutable):
             if w.id in admitted:
                 continue
-            code = statuses.verdict(w.id).reason.value
-            frame.add(1, cq_name, w.queue, w.namespace, code)
+            key = (cq_name, w.queue, w.namespace, verdict(w.id).reason.value)
+            counts[key] = counts.get(key, 0) + 1
+            of_shape = (cq_name, w.shape)
+            n, total = shapes.get(of_shape, (0, w.total_requests))
+            shapes[of_shape] = (n + 1, total)
+        for key, n in counts.items():
+            frame.add(n, *key)
+        for (cq_name, _), (n, total) in shapes.items():
             cq = config.cluster_queues.get(ClusterQueueName(cq_name))
-            flavor = pending_flavor(cq, w.total_requests) if cq is not None else None
+            flavor = pending_flavor(cq, total) if cq is not None else None
             if flavor is not None:
-                for res, v in w.total_requests.items():
-                    demand.add(base_units(res, v), cq_name, flavor, res)
+                for res, v in total.items():
+                    demand.add(base_units(res, v * n), cq_name, flavor, res)
         for w in backing_off:
             routed_to = config.queue_for(w)
             frame.add(1, routed_to or "", w.queue, w.namespace, BACKING_OFF)

@@ -118,7 +118,10 @@ class SeriesFrame:
     def __init__(self, gauge: Gauge) -> None:
         self.gauge = gauge
         self._values: dict[tuple[str, ...], float] = {}
-        self._published: set[tuple[str, ...]] = set()
+        # What was published, and each series' child: a gauge with tens of thousands of
+        # series is mostly unchanged between cycles, and ``labels`` costs far more than
+        # a comparison.
+        self._published: dict[tuple[str, ...], tuple[float, Gauge]] = {}
 
     def set(self, value: float, *labels: str) -> None:
         self._values[labels] = value
@@ -130,12 +133,21 @@ class SeriesFrame:
         self._values[labels] = max(self._values.get(labels, value), value)
 
     def commit(self) -> None:
+        published = self._published
+        now: dict[tuple[str, ...], tuple[float, Gauge]] = {}
         for labels, value in self._values.items():
-            if labels:
-                self.gauge.labels(*labels).set(value)
-            else:
-                self.gauge.set(value)
-        for gone in self._published - self._values.keys():
+            was = published.get(labels)
+            if was is not None and was[0] == value:
+                now[labels] = was
+                continue
+            child = (
+                was[1]
+                if was is not None
+                else (self.gauge.labels(*labels) if labels else self.gauge)
+            )
+            child.set(value)
+            now[labels] = (value, child)
+        for gone in published.keys() - now.keys():
             self.gauge.remove(*gone)
-        self._published = set(self._values)
+        self._published = now
         self._values = {}

@@ -6,10 +6,11 @@ import dataclasses
 import urllib.request
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from queuemgr.metrics import SchedulerMetrics, serve
-from queuemgr.metrics.shape import MAX_PRIORITY_CLASSES
+from queuemgr.metrics.shape import MAX_PRIORITY_CLASSES, SeriesFrame
 from tests.builders import Result, World, make_cohort, make_cq, make_nodes
 from tests.builders import make_workload as wl
 
@@ -170,6 +171,45 @@ def test_series_of_a_queue_that_is_gone_are_removed() -> None:
         if s.labels.get("cluster_queue") == "b"
     ]
     assert left == []
+
+
+def test_pending_demand_sums_every_waiting_workload_of_each_shape() -> None:
+    res = (
+        World()
+        .cq(make_cq("a").nominal(gpu=8, cpu=64).namespaces("a"))
+        .lq("a", "default", "a")
+        .node(make_nodes("n", 1, flavor="default"))
+        .submit(wl("fits").ns("a").gpus(8).cpu("500m"))
+        .submit(*(wl(f"one-{i}").ns("a").gpus(8).cpu("500m").at(1 + i) for i in range(3)))
+        .submit(*(wl(f"pair-{i}").ns("a").gang(2).gpus(4).cpu(2).at(9 + i) for i in range(2)))
+        .run()
+    )
+    m = observe(res)
+    assert [a.workload.id for a in res.decisions.admitted] == ["a/fits"]
+    series = {"cluster_queue": "a", "flavor": "default"}
+    pending = "queuemgr_cluster_queue_resource_pending"
+    # 3 x 8 + 2 x 2 x 4 GPUs, and 3 x 0.5 + 2 x 2 x 2 cores: the admitted one is not pending.
+    assert value(m, pending, **series, resource=GPU) == 40
+    assert value(m, pending, **series, resource="cpu") == 9.5
+    labels = {"cluster_queue": "a", "local_queue": "default", "namespace": "a"}
+    assert value(m, "queuemgr_pending_workloads", **labels, reason="QuotaExceeded") == 5
+
+
+def test_a_series_is_published_when_it_changes_and_again_after_it_was_removed() -> None:
+    gauge = Gauge("g", "a test gauge", ["k"], registry=CollectorRegistry())
+    frame = SeriesFrame(gauge)
+
+    def cycle(**values: float) -> dict[str, float]:
+        for k, v in values.items():
+            frame.set(v, k)
+        frame.commit()
+        return {s.labels["k"]: s.value for f in gauge.collect() for s in f.samples}
+
+    assert cycle(x=1, y=2) == {"x": 1, "y": 2}
+    assert cycle(x=1, y=3) == {"x": 1, "y": 3}  # y moved, x as it was
+    assert cycle(x=1) == {"x": 1}  # y is gone
+    assert cycle(x=1, y=3) == {"x": 1, "y": 3}  # y is back, with the value it had
+    assert cycle() == {}
 
 
 def test_event_labels_fall_into_bounded_code_lists() -> None:
