@@ -154,6 +154,11 @@ class PendingStatuses(Mapping[WorkloadId, PendingStatus]):
     def verdict(self, wid: WorkloadId) -> Verdict:
         return self._resolve(*self._find(wid))
 
+    def verdict_in(self, w: Workload, cq: ClusterQueueName | None) -> Verdict:
+        """The verdict of pending ``w``, which the caller found in ``cq``'s queue (None:
+        unroutable): a walk of the queues need not look each one up by id."""
+        return self._resolve(w, cq)
+
     def eta_by_id(self, wid: WorkloadId) -> float | None:
         """The ``eta`` of pending ``wid``, without counting positions."""
         w, cq = self._find(wid)

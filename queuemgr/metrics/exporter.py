@@ -228,26 +228,28 @@ class SchedulerMetrics(MetricFamilies):
                 for res in fq.nominal:
                     demand.set(0, name, fq.flavor, res)
         admitted = decisions.admitted_ids()
-        verdict = decisions.pending.verdict
+        verdict = decisions.pending.verdict_in
         routed = ((cq, w) for cq, queue in snapshot.pending.items() for w in queue)
-        unroutable = (("", w) for w in snapshot.unroutable)
+        unroutable = ((None, w) for w in snapshot.unroutable)
         # Counted per series first: a deep backlog is a few shapes in a few queues, and
         # a workload's demand is its shape's (equal shapes request the same).
         counts: dict[tuple[str, str, str, str], int] = {}
         shapes: dict[tuple[str, ShapeId], tuple[int, Mapping[ResourceName, int]]] = {}
-        for cq_name, w in (*routed, *unroutable):
+        for cq, w in (*routed, *unroutable):
             if w.id in admitted:
                 continue
-            key = (cq_name, w.queue, w.namespace, verdict(w.id).reason.value)
+            code = verdict(w, cq).reason.value
+            label = cq or ""  # unroutable: no ClusterQueue, an empty label
+            key = (label, w.queue, w.namespace, code)
             counts[key] = counts.get(key, 0) + 1
-            of_shape = (cq_name, w.shape)
+            of_shape = (label, w.shape)
             n, total = shapes.get(of_shape, (0, w.total_requests))
             shapes[of_shape] = (n + 1, total)
         for key, n in counts.items():
             frame.add(n, *key)
         for (cq_name, _), (n, total) in shapes.items():
-            cq = config.cluster_queues.get(ClusterQueueName(cq_name))
-            flavor = pending_flavor(cq, total) if cq is not None else None
+            target = config.cluster_queues.get(ClusterQueueName(cq_name))
+            flavor = pending_flavor(target, total) if target is not None else None
             if flavor is not None:
                 for res, v in total.items():
                     demand.add(base_units(res, v * n), cq_name, flavor, res)
