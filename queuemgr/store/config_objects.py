@@ -20,7 +20,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from fractions import Fraction
 
-from sqlalchemy import Connection, delete, insert, select, tuple_
+from sqlalchemy import Connection, delete, select, tuple_
 
 from queuemgr.core.model import (
     ClusterQueue,
@@ -44,6 +44,7 @@ from queuemgr.store.audit import (
     Row,
     audit_change,
     audit_changes,
+    insert_rows,
     locked_one,
     rows,
     upsert_rows,
@@ -251,8 +252,7 @@ def _upsert_cluster_queues(
             for name, _, after in changes
             for i, q in enumerate(after["flavors"])
         ]
-        if quotas:
-            conn.execute(insert(ClusterQueueQuota), quotas)
+        insert_rows(conn, ClusterQueueQuota, quotas)
         audit_changes(conn, actor=actor, kind="ClusterQueue", changes=changes)
         return [name for name, _, _ in changes]
 
