@@ -6,11 +6,12 @@ Why it exists: every pending workload's positions and ETA must be readable
 The keeper remembers what the board holds (by workload row id) and hands the
 cycle's transaction only the entries that differ and the rows that left the
 queue (``store.status_board``). An entry holds the workload's rank in its
-queue, not its positions (which readers count), and the class whose ETA and
-message it has, not those, unless the cycle judged it on its own: an admission
-at the head changes no entry behind it, and a class's ETA or message that moved
-is one write. The workloads of a class are handed to the cycle's status write
-as :attr:`BoardChange.shared`, whose own rows then hold no message to rewrite.
+queue, not its positions (which readers count), and the class whose ETA,
+reason and message it has, not those, unless the cycle judged it on its own: an
+admission at the head changes no entry behind it, and a class's ETA, reason or
+message that moved is one write. The workloads of a class are handed to the
+cycle's status write as :attr:`BoardChange.shared`, whose own rows then hold no
+reason or message to rewrite.
 
 What must stay true:
 
@@ -48,15 +49,15 @@ _Held = dict[_Queue, tuple[QueueStanding | None, dict[int, Entry], dict[EtaClass
 class BoardChange:
     changed: Mapping[int, Entry]  # by workload row id
     gone: tuple[int, ...]
-    classes: Mapping[ClassKey, ClassEntry]  # classes new, or whose ETA or message moved
+    classes: Mapping[ClassKey, ClassEntry]  # new, or whose ETA, reason or message moved
     classes_gone: tuple[ClassKey, ...]
     after: _Held  # the whole board once written
     # Of the queues whose standing the board did not hold yet (the others are as
     # written): each pending workload's ETA (0.0: now), by queue, and its verdict.
     etas: Mapping[_Queue, Mapping[WorkloadId, float | None]]
     verdicts: Mapping[WorkloadId, Verdict]
-    # Of those, the ones whose message the board keeps with their class: their own
-    # rows hold an empty one (``store.decisions.persist_decisions``).
+    # Of those, the ones whose reason and message the board keeps with their class:
+    # their own rows are not rewritten for them (``store.decisions.persist_decisions``).
     shared: frozenset[WorkloadId]
     queues: frozenset[_Queue]  # every queue with pending workloads
 
@@ -125,7 +126,7 @@ class BoardKeeper:
                     entry = (cq, lq, rank, None, klass)
                     shared.add(wid)
                     if klass not in now_classes:  # the words are put together once a class
-                        now_classes[klass] = (eta, verdict.message)
+                        now_classes[klass] = (eta, verdict.reason.value, verdict.message)
                 rows[rid] = entry
                 if old.get(rid) != entry:
                     changed[rid] = entry

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, func, insert, select
+from sqlalchemy import Connection, delete, insert, literal_column, select
 
 from queuemgr.core.lifecycle import WorkloadState
 from queuemgr.store import codec
@@ -33,12 +33,11 @@ from queuemgr.store.models import (
     CohortRow,
     Flavor,
     LocalQueueRow,
-    PendingClassRow,
-    PendingStatusRow,
     PlacementRow,
     PodSetRow,
     WorkloadRow,
 )
+from queuemgr.store.status_board import class_word
 from queuemgr.store.workloads import atomic
 
 Json = dict[str, Any]
@@ -225,24 +224,11 @@ class WorkloadInfo:
     placements: list[Json]
 
 
-def _message() -> Any:
-    """A workload's message: its class's, from the status board, when the leader keeps
-    it there (the workload's own row then holds an empty one), else its own. Only a
-    queued one's: a workload cancelled since the last cycle still has a board row until
-    the next, and its own message says why it ended."""
-    w = WorkloadRow.__table__
-    s = PendingStatusRow.__table__
-    c = PendingClassRow.__table__
-    of_class = (
-        select(c.c.message)
-        .select_from(
-            s.join(c, and_(c.c.cluster_queue == s.c.cluster_queue, c.c["class"] == s.c.eta_class))
-        )
-        .where(s.c.workload_id == w.c.id)
-        .scalar_subquery()
-    )
-    queued = w.c.state.in_([WorkloadState.PENDING, WorkloadState.INADMISSIBLE])
-    return case((queued, func.coalesce(of_class, w.c.message)), else_=w.c.message).label("message")
+def _words() -> list[Any]:
+    """A workload's reason and message as readers show them: its class's, from the status
+    board, when the leader keeps them there, else its own (``status_board.class_word``)."""
+    table = WorkloadRow.__tablename__
+    return [literal_column(class_word(c, table)).label(c) for c in ("reason", "message")]
 
 
 def workload_infos(
@@ -253,8 +239,8 @@ def workload_infos(
     queue: str | None = None,
     include_finished: bool = False,
 ) -> list[WorkloadInfo]:
-    own = [col for col in WorkloadRow.__table__.c if col.name != "message"]
-    q = select(*own, _message()).order_by(WorkloadRow.namespace, WorkloadRow.created_at)
+    own = [col for col in WorkloadRow.__table__.c if col.name not in ("reason", "message")]
+    q = select(*own, *_words()).order_by(WorkloadRow.namespace, WorkloadRow.created_at)
     if namespace is not None:
         q = q.where(WorkloadRow.namespace == namespace)
     if name is not None:

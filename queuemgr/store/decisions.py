@@ -120,9 +120,13 @@ def persist_decisions(
     ``verdicts`` (when the caller resolved them already, ``PendingStatuses.by_queue``)
     limits the status writes to those workloads, whose verdict may have changed: the
     caller vouches that every other pending one is as ``previous`` holds it.
-    ``shared`` are the workloads whose message the status board keeps with their class
-    (``controller.board``): their rows get an empty message, so a message that changed
-    for a whole class (the room its queue has free) is not written once per workload.
+    ``shared`` are the workloads whose reason and message the status board keeps with
+    their class (``controller.board``): their rows get an empty message and keep the
+    reason they have, so words that changed for a whole class (the room its queue has
+    free, QuotaExceeded become CohortExhausted) are not written once per workload, nor
+    is the first reason of every workload of a deep backlog. Such a row is written only
+    when its state moves or its message is not empty yet, and then with the class's
+    reason as well.
     """
     at = codec.timestamp(now)
     versions: dict[WorkloadId, int] = {}
@@ -253,6 +257,8 @@ def _write_statuses(
             message = "" if kept else verdict.message
             new = words[(id(verdict), kept)] = (state, verdict.reason.value, message)
         old = None if previous is None else previous.get(wid)
+        if kept and old is not None and old[0] is new[0] and old[2] == "":
+            continue  # its class keeps its reason and message, and its state is as stored
         if old != new:
             changed[wid] = new
     if changed:

@@ -299,18 +299,18 @@ class PendingStatusRow(Base):
     rank: Mapped[bytes] = mapped_column(LargeBinary)  # status_board.rank_key: sorts its queue
     # Seconds since the epoch; 0 stands for "now" (it may start as soon as those
     # ahead of it allow), NULL for unknown or never. Ignored when ``eta_class`` is
-    # set: the row has its class's ETA and message (``pending_classes``).
+    # set: the row has its class's ETA, reason and message (``pending_classes``).
     eta: Mapped[float | None] = mapped_column(Double)
     eta_class: Mapped[str | None] = mapped_column(Text)
 
 
 class PendingClassRow(Base):
-    """The ETA and message of one class (shape, may borrow) of a ClusterQueue's pending
-    workloads.
+    """The ETA, reason and message of one class (shape, may borrow) of a ClusterQueue's
+    pending workloads.
 
     The rows of a class share them (``pending_statuses.eta_class``), so when runs end
-    and the ETA moves, or the room free changes the message, the leader writes them
-    here once (store/status_board.py), not in every workload of the class.
+    and the ETA moves, or the room free changes the message or the reason, the leader
+    writes them here once (store/status_board.py), not in every workload of the class.
     """
 
     __tablename__ = "pending_classes"
@@ -321,6 +321,9 @@ class PendingClassRow(Base):
     eta: Mapped[float | None] = mapped_column(Double)
     # The class's verdict in words; its workloads' own rows hold an empty message.
     message: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    # The class's reason code; its workloads' own rows keep whatever reason they last
+    # had. NULL in a row written before migration 0025: readers take the workload's own.
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class StatusBoardRow(Base):

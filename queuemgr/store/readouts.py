@@ -25,11 +25,12 @@ from queuemgr.core.resources import GPU
 from queuemgr.store import codec
 from queuemgr.store.handle import Database
 from queuemgr.store.models import Base
+from queuemgr.store.status_board import class_word
 
-_WORKLOADS = text("""
+_WORKLOADS = text(f"""
 SELECT w.id, w.namespace, w.name, w.local_queue, w.cluster_queue, w.state::text AS state,
-       w.reason, w.borrowing, w.priority, w.created_at, w.admitted_at, w.finished_at,
-       w.state_since,
+       {class_word("reason")} AS reason,
+       w.borrowing, w.priority, w.created_at, w.admitted_at, w.finished_at, w.state_since,
        COALESCE((SELECT sum(ps.count * COALESCE((ps.requests ->> :gpu)::bigint, 0))
                  FROM pod_sets ps WHERE ps.workload_id = w.id), 0) AS gpus
 FROM workloads w

@@ -28,10 +28,12 @@ What must stay true:
   ordered by usage, the unroutable ones), rewritten when it moves;
 - a row's ETA is its own, or, for a row of a class that the cycle judged as a
   whole (its shape, whether it may borrow), the class's, kept once per
-  (ClusterQueue, class) in ``pending_classes`` with the class's message: when runs
-  end and that ETA moves, or the room free changes the message, one row is
-  written, not the queue (the class's workloads hold an empty message of their
-  own, and ``store.admin`` reads theirs from here);
+  (ClusterQueue, class) in ``pending_classes`` with the class's reason and
+  message: when runs end and that ETA moves, or the room free changes the
+  message, or the reason moves, one row is written, not the queue (the class's
+  workloads hold an empty message of their own and whatever reason they last
+  had; every reader shows a queued workload's words through
+  :func:`class_word`);
 - an ETA of 0 means "now" (it may start as soon as those ahead of it allow) and
   NULL means unknown or never, so a row does not change merely because time
   passed;
@@ -62,7 +64,8 @@ from queuemgr.store.arrays import literal
 Entry = tuple[str | None, tuple[str, str], RowRank, float | None, EtaClass | None]
 # A class's ETA and message are kept per (ClusterQueue, class).
 ClassKey = tuple[str, EtaClass]
-ClassEntry = tuple[float | None, str]  # (ETA, message)
+# (ETA, reason, message); a reason written before migration 0025 reads as None.
+ClassEntry = tuple[float | None, str | None, str]
 
 
 def class_name(klass: EtaClass) -> str:
@@ -146,6 +149,24 @@ class Ahead:
     gpus: int
 
 
+def class_word(column: str, workload: str = "w") -> str:
+    """SQL for a workload's ``reason`` or ``message`` as readers show it.
+
+    A queued workload on the board in a class has its class's (the leader writes a
+    class's words once, and its workloads' own rows do not follow them); any other has
+    its own, as has one whose class row has no reason yet (written before migration
+    0025). ``workload`` is the alias of the ``workloads`` row in the caller's query.
+    """
+    if column not in ("reason", "message"):
+        raise ValueError(f"class_word: no class column {column!r}")
+    w = workload
+    return f"""CASE WHEN {w}.state IN ('Pending', 'Inadmissible') THEN COALESCE(
+        (SELECT c.{column} FROM pending_statuses s JOIN pending_classes c
+           ON c.cluster_queue = s.cluster_queue AND c.class = s.eta_class
+         WHERE s.workload_id = {w}.id), {w}.{column})
+    ELSE {w}.{column} END"""
+
+
 _UPSERT = text("""
 INSERT INTO pending_statuses
     (workload_id, cluster_queue, namespace, local_queue, rank, eta, eta_class)
@@ -162,17 +183,19 @@ SET cluster_queue = excluded.cluster_queue, namespace = excluded.namespace,
 """)
 _DELETE = text("DELETE FROM pending_statuses WHERE workload_id = ANY(CAST(:ids AS bigint[]))")
 _CLASS_UPSERT = text("""
-INSERT INTO pending_classes (cluster_queue, class, eta, message)
+INSERT INTO pending_classes (cluster_queue, class, eta, reason, message)
 SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[]),
-                     CAST(:etas AS double precision[]), CAST(:messages AS text[]))
-ON CONFLICT (cluster_queue, class) DO UPDATE SET eta = excluded.eta, message = excluded.message
+                     CAST(:etas AS double precision[]), CAST(:reasons AS text[]),
+                     CAST(:messages AS text[]))
+ON CONFLICT (cluster_queue, class) DO UPDATE
+SET eta = excluded.eta, reason = excluded.reason, message = excluded.message
 """)
 _CLASS_DELETE = text("""
 DELETE FROM pending_classes
 WHERE (cluster_queue, class) IN (
     SELECT * FROM unnest(CAST(:cqs AS text[]), CAST(:classes AS text[])))
 """)
-_READ_CLASSES = text("SELECT cluster_queue, class, eta, message FROM pending_classes")
+_READ_CLASSES = text("SELECT cluster_queue, class, eta, reason, message FROM pending_classes")
 _STAMP = text("""
 INSERT INTO status_board (name, at) VALUES ('leader', :at)
 ON CONFLICT (name) DO UPDATE SET at = excluded.at
@@ -204,7 +227,7 @@ _GPUS = f"""(SELECT COALESCE(sum(p.count * COALESCE((p.requests ->> '{GPU}')::bi
         FROM pod_sets p WHERE p.workload_id = w.id)"""
 # The first ones of the queue ahead of a rank, by the (cluster_queue, rank) index.
 _AHEAD = text(f"""
-SELECT w.namespace, w.name, w.reason, {_GPUS} AS gpus
+SELECT w.namespace, w.name, {class_word("reason")} AS reason, {_GPUS} AS gpus
 FROM pending_statuses s JOIN workloads w ON w.id = s.workload_id
 WHERE s.cluster_queue = :cq AND s.rank < :rank
 ORDER BY s.rank
@@ -263,8 +286,9 @@ def write_board(
             {
                 "cqs": literal([cq for cq, _ in classes]),
                 "classes": literal([class_name(k) for _, k in classes]),
-                "etas": literal([eta for eta, _ in classes.values()]),
-                "messages": literal([message for _, message in classes.values()]),
+                "etas": literal([eta for eta, _, _ in classes.values()]),
+                "reasons": literal([reason for _, reason, _ in classes.values()]),
+                "messages": literal([message for _, _, message in classes.values()]),
             },
         )
     if changed:
@@ -285,14 +309,16 @@ def write_board(
 
 
 def read_board(conn: Connection) -> tuple[dict[int, Entry], dict[ClassKey, ClassEntry]]:
-    """Every entry, by workload row id, and every class's ETA and message: what a new
-    leader compares its first cycle with."""
+    """Every entry, by workload row id, and every class's ETA, reason and message: what
+    a new leader compares its first cycle with (a reason of before migration 0025 reads
+    as None, and so differs from any)."""
     rows: dict[int, Entry] = {
         wid: (cq, (ns, lq), rank_of(bytes(rank)), eta, None if k is None else class_of(k))
         for wid, cq, ns, lq, rank, eta, k in conn.execute(_READ_ALL)
     }
     classes = {
-        (cq, class_of(k)): (eta, message) for cq, k, eta, message in conn.execute(_READ_CLASSES)
+        (cq, class_of(k)): (eta, reason, message)
+        for cq, k, eta, reason, message in conn.execute(_READ_CLASSES)
     }
     return rows, classes
 

@@ -1,10 +1,13 @@
-"""A class's message is kept once, on the status board, and every reader shows it.
+"""A class's reason and message are kept once, on the status board, and every reader
+shows them.
 
 The workloads of one shape that a cycle judged as a whole share one verdict, whose
 message tells the room their queue has free. When that room changes (a small
 workload is admitted beside them), the leader writes the class's message once;
 the workloads' own rows are not rewritten, and ``status``, ``list`` and ``why``
 show each of them the class's new words, as a cycle evaluated afresh gives them.
+The first reason of each workload of a class (over the one it was created with) is
+the class's too: a first cycle writes only the rows of the workloads judged alone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.controller.report import CycleReport
+from queuemgr.store.handle import Database
+from queuemgr.store.readouts import workload_progress
 from tests.integration.cli.conftest import Invoke, Login
 from tests.integration.controller.helpers import make_loop
 
@@ -111,3 +116,48 @@ def test_a_tenant_reads_only_the_classes_it_waits_in(
         with sa.create_engine(logins[key].url).connect() as conn:
             seen = conn.execute(sa.text("SELECT cluster_queue FROM pending_classes")).scalars()
             assert set(seen) == visible, key
+
+
+def test_a_first_cycle_writes_a_class_reason_once_and_every_reader_shows_it(
+    cli: Invoke, engine: Engine, applied: object
+) -> None:
+    _submit(cli, "team-a", "a-run", 8, pods=2)  # team-a's 16
+    _submit(cli, "team-b", "b-run", 8)  # team-b's 8: nothing to lend
+    for name in WAITING:
+        _submit(cli, "team-a", name, 8)
+    loop, elector, _ = make_loop(engine)
+    assert elector.step()
+    try:
+        first = loop.run_once()
+    finally:
+        elector.stop()
+    assert first is not None and set(first.admitted) == {"team-a/a-run", "team-b/b-run"}
+    # The head is judged on its own and written; the seven behind it are one class,
+    # and their rows keep the reason they were created with.
+    assert first.statuses_written == 1
+    with engine.connect() as conn:
+        own = dict(
+            conn.execute(
+                sa.text("SELECT name, reason FROM workloads WHERE name LIKE 'w%'")
+            ).all()
+        )
+    assert own[WAITING[0]] != "Created"
+    assert [own[n] for n in WAITING[1:]] == ["Created"] * (len(WAITING) - 1)
+    shown = {n: _doc(cli, "status", n, "-n", "team-a")["reason"] for n in WAITING}
+    assert shown[WAITING[0]] == own[WAITING[0]]
+    kept = shown[WAITING[1]]
+    assert kept in ("QuotaExceeded", "CohortExhausted")
+    assert [shown[n] for n in WAITING[1:]] == [kept] * (len(WAITING) - 1), shown
+    listed = {
+        d["name"]: d["reason"] for d in _doc(cli, "list", "-n", "team-a")["workloads"]
+    }
+    assert {n: listed[n] for n in WAITING} == shown
+    last = _doc(cli, "why", WAITING[-1], "-n", "team-a")
+    evaluated = _doc(cli, "why", WAITING[-1], "-n", "team-a", "--evaluate")
+    assert last["source"] == "board"
+    assert last["reason"] == evaluated["reason"] == kept
+    ahead = [(a["workload"], a["reason"]) for a in last["ahead"]]
+    assert ahead == [(f"team-a/{n}", shown[n]) for n in WAITING[:5]]  # the first five
+    progress = {p.name: p.reason for p in workload_progress(Database(engine))}
+    assert {n: progress[n] for n in WAITING} == shown
+    assert progress["a-run"] == "Admitted"

@@ -19,6 +19,7 @@ from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.shapes import ShapeId
 from queuemgr.core.standings import EtaClass, QueueStanding, Row
 from queuemgr.core.verdicts import PendingReason, Verdict
+from queuemgr.store.admin import workload_infos
 from queuemgr.store.handle import Database
 from queuemgr.store.status_board import standing
 from tests.integration.store.helpers import seed_config
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.integration
 CQ = ClusterQueueName("team-a")
 CLASS: EtaClass = (ShapeId(7), False)
 WAITING = Verdict(reason=PendingReason.QUOTA_EXCEEDED, detail="waits")
+QUOTA = PendingReason.QUOTA_EXCEEDED.value
 NAMES = ("head", "b", "c", "d")
 
 
@@ -43,10 +45,15 @@ class _Statuses:
 
 
 def _standing(
-    names: Sequence[str], *, head_eta: float, class_eta: float, said: str = "waits"
+    names: Sequence[str],
+    *,
+    head_eta: float,
+    class_eta: float,
+    said: str = "waits",
+    reason: PendingReason = PendingReason.QUOTA_EXCEEDED,
 ) -> QueueStanding:
     rows: list[Row] = []
-    shared = Verdict(reason=PendingReason.QUOTA_EXCEEDED, detail=said)
+    shared = Verdict(reason=reason, detail=said)
     for i, name in enumerate(names):
         wid = WorkloadId(f"team-a/{name}")
         rank = (0, NOW + NAMES.index(name), wid)
@@ -86,14 +93,14 @@ def test_a_class_eta_that_moved_is_one_write_and_every_row_reads_it(engine: Engi
     ids = _workloads(engine)
     keeper = BoardKeeper()
     first = _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
-    assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): (200.0, "waits")}
+    assert len(first.changed) == 4 and dict(first.classes) == {(CQ, CLASS): (200.0, QUOTA, "waits")}
     assert first.shared == {WorkloadId(f"team-a/{n}") for n in NAMES[1:]}
     assert [_read(engine, n) for n in NAMES] == [(1, 100.0), (2, 200.0), (3, 200.0), (4, 200.0)]
 
     # Runs ended: the head's own ETA and its class's moved. Two writes, not four.
     moved = _apply(engine, keeper, _standing(NAMES, head_eta=150.0, class_eta=300.0), ids)
     assert set(moved.changed) == {ids[WorkloadId("team-a/head")]} and not moved.gone
-    assert dict(moved.classes) == {(CQ, CLASS): (300.0, "waits")}
+    assert dict(moved.classes) == {(CQ, CLASS): (300.0, QUOTA, "waits")}
     assert [_read(engine, n) for n in NAMES] == [(1, 150.0), (2, 300.0), (3, 300.0), (4, 300.0)]
 
     # The head was admitted: its row goes, and the others' rows stay as written, their
@@ -121,11 +128,53 @@ def test_a_class_message_that_moved_is_one_write(engine: Engine) -> None:
         engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0, said="3 free"), ids
     )
     assert not moved.changed and not moved.gone
-    assert dict(moved.classes) == {(CQ, CLASS): (200.0, "3 free")}
+    assert dict(moved.classes) == {(CQ, CLASS): (200.0, QUOTA, "3 free")}
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT message FROM pending_classes")).scalars().all() == [
             "3 free"
         ]
+
+
+def test_a_class_reason_that_moved_is_one_write(engine: Engine) -> None:
+    """The cohort lent the last of its quota: the class's reason is another, written in
+    its class row alone, as its message is."""
+    ids = _workloads(engine)
+    keeper = BoardKeeper()
+    _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+    lent = PendingReason.COHORT_EXHAUSTED
+    moved = _apply(
+        engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0, reason=lent), ids
+    )
+    assert not moved.changed and not moved.gone
+    assert dict(moved.classes) == {(CQ, CLASS): (200.0, lent.value, "waits")}
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT reason FROM pending_classes")).scalars().all() == [
+            lent.value
+        ]
+
+
+def test_a_class_row_written_before_it_kept_reasons_shows_the_workloads_own(
+    engine: Engine,
+) -> None:
+    """Migration 0025 adds the class's reason as NULL to the rows already there: readers
+    take each workload's own reason (written with them then), until the leader writes
+    the class's."""
+    ids = _workloads(engine)
+    keeper = BoardKeeper()
+    _apply(engine, keeper, _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+
+    def reasons() -> dict[str, str]:
+        with engine.connect() as conn:
+            infos = workload_infos(conn, namespace="team-a")
+        return {i.row["name"]: i.row["reason"] for i in infos}
+
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE pending_classes SET reason = NULL"))
+        conn.execute(sa.text("UPDATE workloads SET reason = 'NoNodeFits'"))
+    assert set(reasons().values()) == {"NoNodeFits"}
+    again = _apply(engine, BoardKeeper(), _standing(NAMES, head_eta=100.0, class_eta=200.0), ids)
+    assert dict(again.classes) == {(CQ, CLASS): (200.0, QUOTA, "waits")}
+    assert reasons() == {"head": "NoNodeFits"} | {n: QUOTA for n in NAMES[1:]}
 
 
 def test_a_new_leader_reads_the_class_etas_back(engine: Engine) -> None:
