@@ -23,6 +23,11 @@ What must stay true:
 - an ETA at or before the cycle's time is written as 0 ("now"), so an entry
   changes when the workload's place changes, not when the clock moves
   (``core.standings`` hands them so);
+- an ETA is kept to the second, rounded up: the runs a cycle admits end, for that
+  cycle, at its clock's time plus their limit, and for every later cycle at the
+  time read back from their rows, which keep microseconds. To the clock's last
+  digit, every ETA behind them would move once, and the whole board be rewritten
+  by the cycle after a large admission;
 - a queue whose standing is the object the board was last written from is not
   looked at: the cost of a cycle's board follows the queues that changed.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from math import ceil
 
 from queuemgr.core.model import ClusterQueueName, WorkloadId
 from queuemgr.core.reasons import PendingStatuses
@@ -120,13 +126,14 @@ class BoardKeeper:
                     continue
                 # Ranks, not positions, and a class's ETA kept once for the class: a row
                 # behind an admission, or whose class's ETA moved, is as it was.
+                due = None if eta is None else float(ceil(eta))  # to the second
                 if klass is None:
-                    entry = (cq, lq, rank, eta, None)
+                    entry = (cq, lq, rank, due, None)
                 else:
                     entry = (cq, lq, rank, None, klass)
                     shared.add(wid)
                     if klass not in now_classes:  # the words are put together once a class
-                        now_classes[klass] = (eta, verdict.reason.value, verdict.message)
+                        now_classes[klass] = (due, verdict.reason.value, verdict.message)
                 rows[rid] = entry
                 if old.get(rid) != entry:
                     changed[rid] = entry

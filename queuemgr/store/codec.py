@@ -161,6 +161,11 @@ def seconds(at: datetime) -> float:
     return at.timestamp()
 
 
+def as_stored(seconds_: float) -> float:
+    """``seconds_`` as the store gives it back (its timestamps keep microseconds)."""
+    return seconds(timestamp(seconds_))
+
+
 # -- whole objects, as the audit log shows them ---------------------------------
 
 

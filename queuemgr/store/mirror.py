@@ -284,7 +284,7 @@ class StateMirror:
         (``controller.writer``: while their transaction runs); :meth:`committed` checks
         the versions, :meth:`undo_ahead` takes them back."""
         try:
-            at = codec.seconds(codec.timestamp(now))  # as the store keeps it
+            at = codec.as_stored(now)
             for a in admitted:
                 i = self._ids.get(a.workload.id)
                 row = None if i is None else self._rows.get(i)

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from queuemgr.controller.report import CycleReport
+from queuemgr.controller.testing import FakeClock
 from queuemgr.store.handle import Database
 from queuemgr.store.readouts import workload_progress
 from tests.integration.cli.conftest import Invoke, Login
@@ -161,3 +162,39 @@ def test_a_first_cycle_writes_a_class_reason_once_and_every_reader_shows_it(
     progress = {p.name: p.reason for p in workload_progress(Database(engine))}
     assert {n: progress[n] for n in WAITING} == shown
     assert progress["a-run"] == "Admitted"
+
+
+def test_a_cycle_after_one_that_admitted_rewrites_no_eta(
+    cli: Invoke, engine: Engine, applied: object
+) -> None:
+    """The runs a cycle admits end, for the next cycle, at the time read back from their
+    rows, which keep microseconds; the clock has more digits. Every ETA behind those
+    runs is then the same in both cycles, and the second writes no row of the board."""
+    for i in range(3):
+        _submit_with_limit(cli, "team-a", f"run-{i}", 8)
+    for name in WAITING:
+        _submit_with_limit(cli, "team-a", name, 8)
+    clock = FakeClock(1_700_000_000.123456789)  # nanoseconds, as the system clock gives
+    loop, elector, _ = make_loop(engine, clock=clock)
+    assert elector.step()
+    try:
+        first = loop.run_once()
+        clock.advance(1.0)
+        second = loop.run_once()
+    finally:
+        elector.stop()
+    assert first is not None and second is not None
+    assert len(first.admitted) == 3 and not second.admitted
+    assert first.board_written > 0
+    assert (second.board_written, second.statuses_written) == (0, 0)
+    with engine.connect() as conn:  # the ETAs wait for those runs' declared ends
+        etas = conn.execute(
+            sa.text("SELECT eta FROM pending_classes UNION ALL SELECT eta FROM pending_statuses")
+        ).scalars()
+        assert any(eta is not None and eta > clock.now() for eta in etas)
+
+
+def _submit_with_limit(cli: Invoke, ns: str, name: str, gpus: int) -> None:
+    r = cli("submit", "-q", "default", "-n", ns, "--name", name, "--gpus", str(gpus),
+            "--max-runtime", "1h", "--", "x")  # fmt: skip
+    assert r.exit_code == 0, r.output
