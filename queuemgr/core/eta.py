@@ -243,8 +243,9 @@ class Etas:
             return self._nodes[key]
         counter = PodCounter(self._snapshot, flavor, w.pod_sets[0])
         if self._cycle_deltas is None:
-            moved = node_deltas(self._admitted_now, 1)
-            self._cycle_deltas = node_deltas(self._evicted.values(), -1, into=moved)
+            self._cycle_deltas = node_deltas(
+                [*((a, 1) for a in self._admitted_now), *((a, -1) for a in self._evicted.values())]
+            )
         counter.apply(self._cycle_deltas)
         known, group_end, groups = self._known, self._group_end, self._group_deltas
         k: int | None = 0
@@ -256,7 +257,7 @@ class Etas:
             nxt = group_end[k]
             released = groups.get(k)
             if released is None:
-                released = groups[k] = node_deltas(known[k:nxt], -1)
+                released = groups[k] = node_deltas((a, -1) for a in known[k:nxt])
             counter.apply(released)
             k = nxt
         self._nodes[key] = k

@@ -40,7 +40,7 @@ from queuemgr.core.quota import QuotaLedger
 from queuemgr.core.quota_topology import QuotaTopology
 from queuemgr.core.resources import ResourceName, Resources, format_moment
 from queuemgr.core.snapshot import Snapshot, admitted_requests
-from queuemgr.core.timeline import PodCounter, Timeline
+from queuemgr.core.timeline import PodCounter, Timeline, node_deltas
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,11 +80,10 @@ class _State:
         changes: Iterable[tuple[AdmittedWorkload, int]] = (),
     ) -> None:
         self.ledger = QuotaLedger(quota, snapshot.usage)
-        touched: dict[NodeName, dict[ResourceName, int]] = {}
+        changes = list(changes)
         # Summed per queue and flavor first: the ledger's pool use depends only on the
         # final usage, so one addition per queue and flavor ends where many would.
         quota_delta: dict[tuple[ClusterQueueName, FlavorName], dict[ResourceName, int]] = {}
-        node_free = snapshot.node_free
         for a, sign in changes:
             key = (a.admission.cluster_queue, a.admission.flavor)
             delta = quota_delta.get(key)
@@ -92,18 +91,14 @@ class _State:
                 delta = quota_delta[key] = {}
             for r, v in a.held.items():  # what admitted_requests(a) gives
                 delta[r] = delta.get(r, 0) + sign * v
-            pod_sets = a.workload.pod_sets
-            single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
-            per_pod = {ps.name: ps.node_requests for ps in pod_sets} if single is None else {}
-            for p in a.admission.placements:
-                vec = touched.get(p.node)
-                if vec is None:
-                    vec = touched[p.node] = dict(node_free.get(p.node, {}))
-                pods = sign * p.count
-                for r, v in (single if single is not None else per_pod[p.pod_set]).items():
-                    vec[r] = vec.get(r, 0) - v * pods
         for (cq, flavor), delta in quota_delta.items():
             self.ledger.add(cq, flavor, delta)
+        node_free = snapshot.node_free
+        touched: dict[NodeName, dict[ResourceName, int]] = {}
+        for node, moved in node_deltas(changes).items():
+            vec = touched[node] = dict(node_free.get(node, {}))
+            for r, v in moved.items():
+                vec[r] = vec.get(r, 0) + v
         if touched:
             free: Mapping[NodeName, Resources] = {**snapshot.node_free, **touched}
             self.pool = NodePool(nodes, free, None)

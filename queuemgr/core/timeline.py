@@ -55,14 +55,12 @@ NodeDeltas = Mapping[NodeName, Mapping[ResourceName, int]]
 
 
 def node_deltas(
-    workloads: Iterable[AdmittedWorkload],
-    sign: int,
-    into: dict[NodeName, dict[ResourceName, int]] | None = None,
+    changes: Iterable[tuple[AdmittedWorkload, int]],
 ) -> dict[NodeName, dict[ResourceName, int]]:
-    """The free capacity each node loses as ``workloads`` start (sign 1) or gains as
-    they end (sign -1), added to ``into`` when given."""
-    moved = {} if into is None else into
-    for a in workloads:
+    """What each node's free capacity moves by as each workload of ``changes`` starts
+    (sign 1: it takes its pods' requests) or ends (sign -1: it gives them back)."""
+    moved: dict[NodeName, dict[ResourceName, int]] = {}
+    for a, sign in changes:
         pod_sets = a.workload.pod_sets
         single = pod_sets[0].node_requests if len(pod_sets) == 1 else None
         per_pod = {p.name: p.node_requests for p in pod_sets} if single is None else {}
@@ -201,7 +199,7 @@ class PodCounter:
 
     def change(self, workloads: Iterable[AdmittedWorkload], sign: int) -> None:
         """``workloads`` now hold their capacity (sign 1) or have released it (sign -1)."""
-        self.apply(node_deltas(workloads, sign))
+        self.apply(node_deltas((a, sign) for a in workloads))
 
     def apply(self, moved: NodeDeltas) -> None:
         """Each node's free capacity moved by its delta (``node_deltas``).
