@@ -17,7 +17,8 @@ What must stay true:
 - a subclass exists for each failure a caller tells apart: a role without the
   privilege (:class:`PermissionDenied`), a value the server refused
   (:class:`InvalidValue`), a database without queuemgr's tables
-  (:class:`SchemaMissing`). Anything else is a plain :class:`StoreError`.
+  or with an older queuemgr's (:class:`SchemaMissing`). Anything else is a plain
+  :class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class InvalidValue(StoreError):
 
 
 class SchemaMissing(StoreError):
-    """A table queuemgr needs is missing: the database was never upgraded, or not since
-    this queuemgr added the table."""
+    """A table or column queuemgr needs is missing: the database was never upgraded, or
+    not since this queuemgr added it."""
 
 
 # The server's SQLSTATE classes a caller distinguishes, by psycopg's exception class.
@@ -57,6 +58,7 @@ _SPECIFIC: tuple[tuple[type[psycopg.Error], type[StoreError]], ...] = (
     (psycopg.errors.InsufficientPrivilege, PermissionDenied),
     (psycopg.errors.InvalidParameterValue, InvalidValue),
     (psycopg.errors.UndefinedTable, SchemaMissing),
+    (psycopg.errors.UndefinedColumn, SchemaMissing),
 )
 
 

@@ -76,12 +76,18 @@ def test_a_command_on_a_database_without_the_schema_says_to_upgrade(
     assert "Traceback" not in result.output
 
 
-def test_a_command_on_an_older_schema_says_to_upgrade(empty_database_url: str) -> None:
-    """A database last upgraded by an older queuemgr (one revision short): the command
-    that reads the newer table says so, and works once upgraded."""
+@pytest.mark.parametrize(
+    "revision", ["0023", "0024"], ids=["a-table-missing", "a-column-missing"]
+)
+def test_a_command_on_an_older_schema_says_to_upgrade(
+    empty_database_url: str, revision: str
+) -> None:
+    """A database last upgraded by an older queuemgr: the command that reads the newer
+    table (``pending_classes``, 0024) or column (its ``reason``, 0025) says so, and works
+    once upgraded."""
     env = {"QUEUEMGR_DATABASE_URL": empty_database_url}
     runner = CliRunner()
-    assert runner.invoke(main, ["db", "upgrade", "0023"], env=env).exit_code == 0
+    assert runner.invoke(main, ["db", "upgrade", revision], env=env).exit_code == 0
     old = runner.invoke(main, ["list", "-A"], env=env)
     assert old.exit_code == 1, old.output
     assert "older queuemgr" in old.output and "queuemgr db upgrade" in old.output
