@@ -126,15 +126,13 @@ class StandingsMemo:
 
     def __init__(self, config: object) -> None:
         self.config = config
-        # A queue's members, worked out when its object is first seen: its rows are
-        # built then anyway, at several times the cost, and the next cycle can carry
-        # them. (Worked out only once an object had lasted a cycle, every queue that an
-        # admission changed was built twice: a new leader's first 80,000 rows again.)
-        self.members: dict[ClusterQueueName, tuple[PendingQueue, _Members]] = {}
+        # A queue's members are worked out once its object has lasted a cycle: a queue
+        # that changes every cycle (a busy one) could never be carried, so it never
+        # pays for them. None: the object is new this cycle.
+        self.members: dict[ClusterQueueName, tuple[PendingQueue, _Members | None]] = {}
         self.queue_of: dict[WorkloadId, ClusterQueueName] = {}  # members' queues
-        # The last standing of each queue, with the inputs it came from. A new queue
-        # object's is dropped (another object's rows are not its rows), and its own
-        # standing is built and kept.
+        # The last standing of each queue whose members are held, with the inputs it came
+        # from. A new queue object has none: its standing is built and this one dropped.
         self.blocks: dict[ClusterQueueName, tuple[object, QueueStanding]] = {}
 
     def refresh(
@@ -142,33 +140,29 @@ class StandingsMemo:
         queues: Mapping[ClusterQueueName, PendingQueue],
         config: Mapping[ClusterQueueName, ClusterQueue],
     ) -> dict[ClusterQueueName, _Members]:
-        """The members of each queue; a queue object not seen before loses its old
-        standing (``blocks``), so it is built afresh this cycle."""
+        """The members of each queue whose object the previous cycle saw too."""
         out: dict[ClusterQueueName, _Members] = {}
-        new: list[ClusterQueueName] = []
         for name, queue in queues.items():
             held = self.members.get(name)
             if held is not None and held[0] is queue:
-                out[name] = held[1]
+                members = held[1]
+                if members is None:
+                    members = _members(config[name], queue)
+                    self.members[name] = (queue, members)
+                    for wid in members.ids:
+                        self.queue_of[wid] = name
+                out[name] = members
                 continue
             if held is not None:
                 self._forget(held[1])
-            self.blocks.pop(name, None)
-            new.append(name)
+            self.members[name] = (queue, None)
         for name in [n for n in self.members if n not in queues]:
             self._forget(self.members.pop(name)[1])
             self.blocks.pop(name, None)
-        # After every forgetting: a workload may have left one queue for another.
-        for name in new:
-            queue = queues[name]
-            members = out[name] = _members(config[name], queue)
-            self.members[name] = (queue, members)
-            for wid in members.ids:
-                self.queue_of[wid] = name
         return out
 
-    def _forget(self, members: _Members) -> None:
-        for wid in members.ids:
+    def _forget(self, members: _Members | None) -> None:
+        for wid in members.ids if members is not None else ():
             self.queue_of.pop(wid, None)
 
 
