@@ -95,12 +95,6 @@ def audit_changes(
     notify(conn, "config")
 
 
-def upsert_rows(conn: Connection, table: Any, keys: Sequence[str], values: Sequence[Json]) -> None:
-    """Insert ``values`` (rows of one set of columns) into ``table``, updating those whose
-    ``keys`` exist."""
-    insert_rows(conn, table, values, keys=keys)
-
-
 def insert_rows(
     conn: Connection, table: Any, values: Sequence[Json], *, keys: Sequence[str] = ()
 ) -> None:

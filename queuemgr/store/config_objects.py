@@ -47,7 +47,6 @@ from queuemgr.store.audit import (
     insert_rows,
     locked_one,
     rows,
-    upsert_rows,
 )
 from queuemgr.store.cohorts import ensure_cohort, load_cohorts
 from queuemgr.store.models import (
@@ -118,7 +117,7 @@ def upsert_nodes(conn: Connection, nodes: Collection[Node], *, actor: str) -> li
         ]
         if not changes:
             return []
-        upsert_rows(conn, NodeRow, ("name",), [after for _, _, after in changes])
+        insert_rows(conn, NodeRow, keys=("name",), values=[after for _, _, after in changes])
         audit_changes(conn, actor=actor, kind="Node", changes=changes)
         return [name for name, _, _ in changes]
 
@@ -179,7 +178,7 @@ def _write(
 ) -> bool:
     """Upsert a row keyed by name when it changed, with its audit row; True if changed."""
     if before != after:
-        upsert_rows(conn, table, ("name",), [after])
+        insert_rows(conn, table, keys=("name",), values=[after])
     return audit_change(conn, actor=actor, kind=kind, name=name, before=before, after=after)
 
 
@@ -245,7 +244,7 @@ def _upsert_cluster_queues(
         for cohort in sorted({cq.cohort for cq in cqs if cq.cohort and cq.name in changed}):
             ensure_cohort(conn, cohort, actor=actor)
         values = [{k: v for k, v in after.items() if k != "flavors"} for _, _, after in changes]
-        upsert_rows(conn, ClusterQueueRow, ("name",), values)
+        insert_rows(conn, ClusterQueueRow, keys=("name",), values=values)
         conn.execute(delete(ClusterQueueQuota).where(ClusterQueueQuota.cluster_queue.in_(changed)))
         quotas = [
             {"cluster_queue": name, "position": i, **q}
@@ -275,7 +274,7 @@ def upsert_local_queues(conn: Connection, lqs: Collection[LocalQueue], *, actor:
         if not changes:
             return 0
         values = [after for _, _, after in changes]
-        upsert_rows(conn, LocalQueueRow, ("namespace", "name"), values)
+        insert_rows(conn, LocalQueueRow, keys=("namespace", "name"), values=values)
         audit_changes(conn, actor=actor, kind="LocalQueue", changes=changes)
         return len(changes)
 

@@ -268,8 +268,8 @@ def write_board(
     classes_gone: Collection[ClassKey],
     now: float,
 ) -> None:
-    """Write the entries (by workload row id) and classes (ETA, message) that changed,
-    drop those gone, stamp the time."""
+    """Write the entries (by workload row id) and classes (ETA, reason, message) that
+    changed, drop those gone, stamp the time."""
     if gone:
         conn.execute(_DELETE, {"ids": literal(list(gone))})
     if classes_gone:
